@@ -1,0 +1,47 @@
+# ctk: `make demo` runs the main job on the local target; `make test` runs the tests.
+# Both install what they need (apt and pip) on a fresh Debian 12 machine, as root, idempotently.
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+# Debian packages the tests and the local target use.
+SYS_PKGS := slurm-wlm munge packer shellcheck debootstrap
+
+.PHONY: all deps sysdeps pydeps demo test test-unit test-integration lint clean
+
+all: test
+
+sysdeps:
+	@missing=$$(for p in $(SYS_PKGS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:" $$missing; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+pydeps: $(STAMP)
+
+deps: sysdeps pydeps
+
+demo: deps
+	$(VENV)/bin/ctk validate blueprints/lab.yaml
+	$(VENV)/bin/ctk show blueprints/lab.yaml
+
+test: deps
+	$(PY) -m pytest -q -p no:cacheprovider tests
+
+test-unit: deps
+	$(PY) -m pytest -q -p no:cacheprovider tests/unit
+
+test-integration: deps
+	$(PY) -m pytest -q -p no:cacheprovider -m integration tests
+
+clean:
+	rm -rf $(VENV) build *.egg-info toolkit/*.egg-info

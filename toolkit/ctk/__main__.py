@@ -1,0 +1,3 @@
+from ctk.cli import main
+
+raise SystemExit(main())

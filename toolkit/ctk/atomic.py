@@ -1,0 +1,63 @@
+"""Atomic file and folder writes: readers see the old content or the new, never half of it."""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import shutil
+import tempfile
+
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def write_file(path: str, data: str | bytes, mode: int = 0o644) -> None:
+    """Write via a temp file in the same folder, fsync, then rename over `path`."""
+    d = os.path.dirname(os.path.abspath(path))
+    os.makedirs(d, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", dir=d)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode() if isinstance(data, str) else data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _exchange(a: str, b: str) -> bool:
+    """Swap two paths in one step (Linux renameat2 RENAME_EXCHANGE); False if unsupported."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        fn = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    rc = fn(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE)
+    return rc == 0
+
+
+def staging_dir(final: str) -> str:
+    """A fresh, empty folder beside `final` to build its new content in."""
+    parent = os.path.dirname(os.path.abspath(final)) or "."
+    os.makedirs(parent, exist_ok=True)
+    return tempfile.mkdtemp(prefix=f".{os.path.basename(final)}.new-", dir=parent)
+
+
+def replace_dir(staged: str, final: str) -> None:
+    """Put the fully written folder `staged` in place of `final` (which may not exist)."""
+    if not os.path.exists(final):
+        os.rename(staged, final)
+        return
+    if _exchange(staged, final):
+        shutil.rmtree(staged)  # now holds the old content
+        return
+    old = staged + ".old"
+    os.rename(final, old)
+    os.rename(staged, final)
+    shutil.rmtree(old)

@@ -1,0 +1,39 @@
+"""Blueprints: load with positions, expand expressions and `use`, validate — errors all at once."""
+
+from __future__ import annotations
+
+from .errors import BlueprintError, BlueprintErrors, Collector, Pos, UserError
+from .expand import Expanded, collect_vars, expand
+from .load import load_file
+from .structure import check_structure
+from .validate import validate
+from .vars import load_deployment_file, parse_cli_vars
+
+
+def process(path: str, cli_vars: list[str] | tuple = (), deployment_file: str | None = None) -> Expanded:
+    """Load, expand and validate a blueprint; raise BlueprintErrors listing every problem."""
+    c = Collector()
+    doc = load_file(path)
+    sources = {doc.file: doc.text}
+    cli = parse_cli_vars(list(cli_vars))
+    for _, _, src in cli:
+        sources[src.doc.file] = src.doc.text
+    dep = None
+    if deployment_file:
+        dep = load_deployment_file(deployment_file, c)
+        sources[dep[0].file] = dep[0].text
+    bp = check_structure(doc, c)
+    if bp is None:
+        c.raise_if_any(sources)
+    var_sources = collect_vars(bp, dep, cli)
+    exp = expand(bp, var_sources, c)
+    validate(exp, c)
+    if not c:
+        from ..modules.plan import plan  # planning errors are blueprint errors too
+        exp.deployment = plan(exp, c)  # type: ignore[attr-defined]
+    exp.sources = sources  # type: ignore[attr-defined]
+    c.raise_if_any(sources)
+    return exp
+
+
+__all__ = ["process", "BlueprintError", "BlueprintErrors", "Collector", "Pos", "UserError", "Expanded"]

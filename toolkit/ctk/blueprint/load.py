@@ -1,0 +1,238 @@
+"""Load YAML so that every key, scalar and list item remembers its file, line and column.
+
+Values come back as plain Python (dict, list, str, int, float, bool, None); positions are kept
+beside them, keyed by path (a tuple of keys and indices), as Cluster Toolkit does.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import yaml
+from yaml.constructor import SafeConstructor
+from yaml.nodes import MappingNode, ScalarNode, SequenceNode
+
+from .errors import BlueprintError, BlueprintErrors, Pos
+
+Path = tuple
+
+# A blueprint of a few hundred modules has a few tens of thousands of nodes; an alias bomb
+# has billions. Stop long before memory is at risk.
+MAX_NODES = 200_000
+MAX_DEPTH = 100
+MAX_BYTES = 16 * 1024 * 1024
+
+_BOOL_WORDS = {"true", "false"}  # YAML 1.2 core schema, as gcluster reads it (not yes/no/on/off)
+
+
+@dataclass
+class Document:
+    """A loaded YAML file: its plain value and where each part of it came from."""
+
+    file: str
+    text: str
+    value: object
+    positions: dict = field(default_factory=dict)  # path -> Pos of the value
+    key_positions: dict = field(default_factory=dict)  # path -> Pos of the mapping key
+    styles: dict = field(default_factory=dict)  # path -> scalar style ('', '"', "'", '|', '>')
+
+    def pos(self, path: Path) -> Pos | None:
+        """Position of the value at path, or of its closest ancestor that has one."""
+        path = tuple(path)
+        while True:
+            if path in self.positions:
+                return self.positions[path]
+            if not path:
+                return None
+            path = path[:-1]
+
+    def key_pos(self, path: Path) -> Pos | None:
+        path = tuple(path)
+        return self.key_positions.get(path) or self.pos(path)
+
+    def pos_in(self, path: Path, offset: int) -> Pos | None:
+        """Position of the character at `offset` inside the string scalar at path."""
+        path = tuple(path)
+        start = self.positions.get(path)
+        if start is None:
+            return self.pos(path)
+        style = self.styles.get(path, "")
+        value = _get(self.value, path)
+        if not isinstance(value, str):
+            return start
+        before = value[:offset]
+        if style in ("|", ">"):
+            lines = self.text.splitlines()
+            # Content starts on the line after the indicator; its indentation is the block's.
+            first = start.line  # 1-based index of the indicator line -> next line index
+            indent = 0
+            for ln in lines[first:]:
+                if ln.strip():
+                    indent = len(ln) - len(ln.lstrip(" "))
+                    break
+            nl = before.count("\n")
+            col = len(before) - (before.rfind("\n") + 1)
+            return Pos(self.file, start.line + 1 + nl, indent + col + 1)
+        if "\n" in before:
+            return start
+        quote = 1 if style in ('"', "'") else 0
+        return Pos(self.file, start.line, start.col + quote + offset)
+
+
+def _get(value, path):
+    for p in path:
+        value = value[p]
+    return value
+
+
+def _err(file: str, message: str, line: int, col: int, hint: str = "", text: str = ""):
+    return BlueprintErrors([BlueprintError(message, Pos(file, line, col), hint)], {file: text})
+
+
+def decode(file: str, data: bytes) -> str:
+    """UTF-8 text of a file, or an error naming the first bad byte's line and column."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        good = data[: e.start].decode("utf-8", errors="replace")
+        line = good.count("\n") + 1
+        col = len(good) - (good.rfind("\n") + 1) + 1
+        raise _err(file, f"invalid UTF-8 byte 0x{data[e.start]:02x}", line, col,
+                   "save the file as UTF-8") from None
+
+
+def load_file(path: str, display: str | None = None) -> Document:
+    """Read and load a YAML file; errors name the file as `display` (default: path)."""
+    name = display or path
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_BYTES + 1)
+    except FileNotFoundError:
+        raise BlueprintErrors([BlueprintError(f"no such file: {path}")]) from None
+    except IsADirectoryError:
+        raise BlueprintErrors([BlueprintError(f"{path} is a directory, not a YAML file")]) from None
+    except PermissionError:
+        raise BlueprintErrors([BlueprintError(f"permission denied reading {path}")]) from None
+    if len(data) > MAX_BYTES:
+        raise _err(name, f"file is larger than {MAX_BYTES // (1024 * 1024)} MiB", 1, 1)
+    return load_text(name, decode(name, data))
+
+
+def load_text(file: str, text: str) -> Document:
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    if not re.search(r"^[ \t]*[^\s#]", text.replace("---", "", 1), re.M):
+        raise _err(file, "the file is empty (no YAML content)", 1, 1,
+                   "a blueprint needs at least blueprint_name and deployment_groups", text)
+    for i, ln in enumerate(text.splitlines(), 1):
+        if ln.startswith("\t"):
+            raise _err(file, "tab character in indentation", i, 1,
+                       "YAML indentation must use spaces", text)
+    try:
+        nodes = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        msg = (e.problem or "invalid YAML").strip()
+        if e.context:
+            msg = f"{e.context}: {msg}" if "found" in msg else msg
+        hint = "YAML indentation must use spaces" if "\\t" in msg or "\t" in msg else ""
+        raise _err(file, f"YAML syntax: {msg}", mark.line + 1, mark.column + 1, hint, text) from None
+    except yaml.YAMLError as e:
+        raise _err(file, f"YAML syntax: {e}", 1, 1, "", text) from None
+    nodes = [n for n in nodes if n is not None]
+    if not nodes:
+        raise _err(file, "the file is empty (no YAML content)", 1, 1, "", text)
+    if len(nodes) > 1:
+        m = nodes[1].start_mark
+        raise _err(file, "more than one YAML document in the file", m.line + 1, m.column + 1,
+                   "a blueprint is a single document", text)
+    doc = Document(file, text, None)
+    conv = _Converter(doc)
+    doc.value = conv.convert(nodes[0], ())
+    return doc
+
+
+class _Converter:
+    def __init__(self, doc: Document):
+        self.doc = doc
+        self.count = 0
+        self.scalars = SafeConstructor()
+
+    def pos(self, node) -> Pos:
+        return Pos(self.doc.file, node.start_mark.line + 1, node.start_mark.column + 1)
+
+    def fail(self, node, message: str, hint: str = ""):
+        p = self.pos(node)
+        raise _err(self.doc.file, message, p.line, p.col, hint, self.doc.text)
+
+    def convert(self, node, path: Path, depth: int = 0):
+        self.count += 1
+        if self.count > MAX_NODES:
+            self.fail(node, f"document expands to more than {MAX_NODES} values",
+                      "aliases (*name) that repeat large anchors multiply the document; "
+                      "write the values out or reduce the aliases")
+        if depth > MAX_DEPTH:
+            self.fail(node, f"nesting deeper than {MAX_DEPTH} levels",
+                      "a recursive alias (*name inside its own anchor) cannot be expanded")
+        self.doc.positions[path] = self.pos(node)
+        if isinstance(node, ScalarNode):
+            self.doc.styles[path] = node.style or ""
+            return self.scalar(node)
+        if isinstance(node, SequenceNode):
+            return [self.convert(item, path + (i,), depth + 1) for i, item in enumerate(node.value)]
+        if isinstance(node, MappingNode):
+            return self.mapping(node, path, depth)
+        self.fail(node, "unsupported YAML node")
+
+    def scalar(self, node: ScalarNode):
+        tag = node.tag
+        if node.style:  # quoted or block: always a string
+            return node.value
+        if tag == "tag:yaml.org,2002:bool" and node.value.lower() not in _BOOL_WORDS:
+            return node.value
+        if tag == "tag:yaml.org,2002:timestamp":
+            return node.value
+        if tag == "tag:yaml.org,2002:int" and ":" in node.value:  # YAML 1.1 sexagesimal
+            return node.value
+        if tag in ("tag:yaml.org,2002:binary", "tag:yaml.org,2002:set", "tag:yaml.org,2002:omap"):
+            return node.value
+        if tag.startswith("tag:yaml.org,2002:"):
+            try:
+                return self.scalars.construct_object(node, deep=True)
+            except yaml.YAMLError:
+                return node.value
+        return node.value  # unknown local tags (!foo) read as their text
+
+    def mapping(self, node: MappingNode, path: Path, depth: int):
+        out: dict = {}
+        seen: dict[str, Pos] = {}
+        pairs = list(node.value)
+        merged: list = []
+        for knode, vnode in pairs:
+            if knode.tag == "tag:yaml.org,2002:merge":
+                subs = vnode.value if isinstance(vnode, SequenceNode) else [vnode]
+                for sub in subs:
+                    if not isinstance(sub, MappingNode):
+                        self.fail(sub, "a merge key (<<) must refer to a mapping")
+                    merged.extend(sub.value)
+        own = [(k, v) for k, v in pairs if k.tag != "tag:yaml.org,2002:merge"]
+        own_keys = {k.value for k, _ in own if isinstance(k, ScalarNode)}
+        for knode, vnode in own:
+            if not isinstance(knode, ScalarNode):
+                self.fail(knode, "mapping keys must be plain strings")
+            key = knode.value
+            if key in seen:
+                first = seen[key]
+                self.fail(knode, f"duplicate key '{key}' (first defined at line {first.line})",
+                          "each key may appear once in a mapping; remove or rename one")
+            seen[key] = self.pos(knode)
+            self.doc.key_positions[path + (key,)] = self.pos(knode)
+            out[key] = self.convert(vnode, path + (key,), depth + 1)
+        for knode, vnode in merged:  # explicit keys win over merged ones
+            key = knode.value
+            if key in own_keys or key in out:
+                continue
+            self.doc.key_positions[path + (key,)] = self.pos(knode)
+            out[key] = self.convert(vnode, path + (key,), depth + 1)
+        return out

@@ -1,0 +1,136 @@
+"""Checks on the expanded blueprint: module settings against their kinds' schemas, required
+inputs, names, and Cluster Toolkit's offline validators."""
+
+from __future__ import annotations
+
+import os
+
+from ..modules import is_remote
+from .errors import BlueprintError, Collector, did_you_mean
+from .expand import INVALID, Expanded
+from .expression import Deferred, is_deferred
+from .structure import NAME_RE
+
+# Vars every deployment has a use for, even when no module names them.
+_ALWAYS_USED = {"deployment_name", "project_id", "region", "zone", "labels"}
+
+
+def _type_ok(tstr: str, v) -> bool:
+    if v is None or is_deferred(v):
+        return True
+    t = tstr.split("(")[0].strip()
+    if t == "string":
+        return isinstance(v, (str, int, float)) and not isinstance(v, bool)
+    if t == "number":
+        return isinstance(v, (int, float)) and not isinstance(v, bool) or (
+            isinstance(v, str) and _is_number(v))
+    if t == "bool":
+        return isinstance(v, bool)
+    if t in ("list", "set", "tuple"):
+        return isinstance(v, list)
+    if t in ("map", "object"):
+        return isinstance(v, dict)
+    return True
+
+
+def _is_number(s: str) -> bool:
+    try:
+        float(s)
+        return True
+    except ValueError:
+        return False
+
+
+def validate(exp: Expanded, c: Collector) -> None:
+    bp = exp.blueprint
+    doc = bp.doc
+
+    # deployment_name: required, a label value.
+    src = exp.var_sources.get("deployment_name")
+    dn = exp.vars.get("deployment_name")
+    if src is None:
+        c.add("deployment_name is not set", doc.pos(("vars",)) if "vars" in doc.value else doc.pos(()),
+              "add it under vars, or pass --vars deployment_name=NAME")
+    elif dn is not INVALID and (not isinstance(dn, str) or not NAME_RE.match(dn)):
+        c.add("deployment_name is empty" if dn in (None, "") else f"invalid deployment_name {dn!r}",
+              src.doc.pos(src.path),
+              "pass --vars deployment_name=NAME" if dn in (None, "") else
+              "use 1-63 lowercase letters, digits, '-' or '_'")
+    labels = exp.vars.get("labels")
+    if labels is not None and not isinstance(labels, (dict, Deferred)):
+        s = exp.var_sources["labels"]
+        c.add("vars.labels must be a mapping", s.doc.pos(s.path))
+
+    for em in exp.modules:
+        mod = em.module
+        if mod.source.startswith(("./", "../", "/")) and not is_remote(mod.source):
+            local = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(doc.file)), mod.source))
+            if not os.path.isdir(local):
+                c.add(f"local module source '{mod.source}' does not exist", doc.pos(mod.path + ("source",)),
+                      f"looked for {local}")
+        schema = em.schema
+        if schema is None:
+            continue
+        if schema.kind != mod.kind:
+            c.add(f"module '{mod.id}' ({mod.source}) is a {schema.kind} module, not {mod.kind}",
+                  doc.pos(mod.path + ("id",)), f"set 'kind: {schema.kind}'")
+        for k in mod.settings:
+            p = mod.path + ("settings", k)
+            inp = schema.input(k)
+            if inp is None:
+                if not schema.open_inputs:
+                    c.add(f"module '{mod.id}' ({mod.source}) has no setting '{k}'", doc.key_pos(p),
+                          did_you_mean(k, schema.input_names) or "see `ctk modules show` for its inputs")
+                continue
+            v = em.settings.get(k)
+            if v is not INVALID and not _type_ok(inp.type, v):
+                c.add(f"setting '{k}' of module '{mod.id}' must be {inp.type}, found {type(v).__name__} {v!r}",
+                      doc.pos(p))
+        for inp in schema.inputs:
+            if inp.required and inp.name not in em.settings and not em.opaque_use:
+                c.add(f"module '{mod.id}' ({mod.source}) needs setting '{inp.name}'",
+                      doc.pos(mod.path + ("id",)),
+                      f"set it under settings, or 'use' a module that provides it"
+                      + (f" ({inp.doc})" if inp.doc else ""))
+        if schema.outputs:
+            for oi, o in enumerate(mod.outputs):
+                name = o if isinstance(o, str) else o.get("name")
+                if isinstance(name, str) and name not in schema.output_names:
+                    c.add(f"module '{mod.id}' has no output '{name}'", doc.pos(mod.path + ("outputs", oi)),
+                          did_you_mean(name, schema.output_names))
+
+    _validators(exp, c)
+
+
+def _validators(exp: Expanded, c: Collector) -> None:
+    """Cluster Toolkit's validators that need no cloud access, at the blueprint's level."""
+    bp = exp.blueprint
+    level = bp.validation_level
+    if level == 0:
+        return
+    if bp.validators:
+        wanted = {v.get("validator") for v in bp.validators if isinstance(v, dict) and not v.get("skip")}
+    else:
+        wanted = {"test_module_not_used", "test_deployment_variable_not_used"}
+    found: list[BlueprintError] = []
+    if "test_deployment_variable_not_used" in wanted:
+        used = getattr(exp, "used_vars", set())
+        for name, src in exp.var_sources.items():
+            if name not in used and name not in _ALWAYS_USED:
+                found.append(BlueprintError(f"var '{name}' is not used by any module",
+                                            src.doc.key_pos(src.path),
+                                            "remove it, or skip validator test_deployment_variable_not_used"))
+    if "test_module_not_used" in wanted:
+        for em in exp.modules:
+            for i, uid in enumerate(em.module.use):
+                target = exp.module(uid)
+                if (target and target.schema and em.schema and target.schema.outputs
+                        and not any(uid in ids for ids in em.wired.values())):
+                    found.append(BlueprintError(
+                        f"module '{em.id}' uses '{uid}' but takes none of its outputs",
+                        bp.doc.pos(em.module.path + ("use", i)),
+                        "remove it from 'use', or skip validator test_module_not_used"))
+    if level >= 2:
+        c.errors.extend(found)
+    else:
+        exp.warnings.extend(found)

@@ -1,0 +1,129 @@
+"""Command line: parses arguments and calls into the packages. No logic lives here."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from . import __version__
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # usage errors exit 2 with a hint, like every other bad input
+        self.print_usage(sys.stderr)
+        print(f"{self.prog}: error: {message}\n  hint: run '{self.prog} --help'", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE)
+
+
+def _bp_args(p):
+    p.add_argument("blueprint", help="blueprint YAML file (Cluster Toolkit format)")
+    p.add_argument("--vars", action="append", default=[], metavar="K=V[,K=V]",
+                   help="set deployment variables (repeatable; values are YAML: lists and maps allowed)")
+    p.add_argument("-d", "--deployment-file", metavar="FILE",
+                   help="deployment file with vars (overridden by --vars)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = _Parser(prog="ctk", description="Slurm cluster images and jobs for AI/ML training, "
+                 "from Cluster Toolkit blueprints.",
+                 epilog="Exit codes: 0 success, 1 failure while running, 2 bad input (blueprint, flags).")
+    ap.add_argument("--version", action="version", version=f"ctk {__version__}")
+    sub = ap.add_subparsers(dest="cmd", metavar="COMMAND", parser_class=_Parser)
+
+    p = sub.add_parser("validate", help="check a blueprint; report every error with file:line:col",
+                       description="Load, expand and validate a blueprint. All errors are reported at "
+                       "once; exit 2 if there is any.")
+    _bp_args(p)
+    p.add_argument("--json", action="store_true", help="machine-readable result")
+
+    p = sub.add_parser("expand", help="print the expanded blueprint",
+                       description="Resolve vars, expressions and `use` wiring; print the result as YAML.")
+    _bp_args(p)
+    p.add_argument("-o", "--out", metavar="FILE", help="write to FILE instead of stdout")
+
+    p = sub.add_parser("show", help="tables of images, partitions, nodesets, unsupported modules")
+    _bp_args(p)
+    p.add_argument("--json", action="store_true", help="print the Deployment model as JSON")
+    p.add_argument("--target", default="local", help="target the report is for (default: local)")
+
+    p = sub.add_parser("create", help="write the deployment folder",
+                       description="Write the deployment folder (expanded blueprint, deployment.json, "
+                       "slurm.conf and friends) atomically.")
+    _bp_args(p)
+    p.add_argument("-o", "--out", metavar="DIR", help="folder to write (default: ./DEPLOYMENT_NAME)")
+    p.add_argument("-w", "--overwrite", action="store_true", help="replace an existing deployment folder")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = build_parser()
+    args = ap.parse_args(argv)
+    if not args.cmd:
+        ap.print_help()
+        return EXIT_USAGE
+    from .blueprint import BlueprintErrors, UserError
+    try:
+        return _run(args)
+    except BlueprintErrors as e:
+        if getattr(args, "json", False):
+            print(json.dumps({"ok": False, "errors": [x.to_dict() for x in e.errors]}, indent=2))
+        else:
+            print(e.render(), file=sys.stderr)
+            n = len(e.errors)
+            print(f"{n} error{'s' if n != 1 else ''}", file=sys.stderr)
+        return EXIT_USAGE
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def _warn(exp) -> None:
+    for w in exp.warnings:
+        print(w.render(getattr(exp, "sources", {})).replace(": error: ", ": warning: ", 1), file=sys.stderr)
+
+
+def _run(args) -> int:
+    from .blueprint import process
+
+    exp = process(args.blueprint, args.vars, args.deployment_file)
+    dep = exp.deployment
+    if args.cmd == "validate":
+        if args.json:
+            print(json.dumps({"ok": True, "errors": [], "warnings": [w.to_dict() for w in exp.warnings]},
+                             indent=2))
+        else:
+            _warn(exp)
+            print(f"{args.blueprint}: ok ({sum(1 for _ in exp.blueprint.modules())} modules, "
+                  f"{len(dep.partitions)} partitions, {len(dep.nodesets)} nodesets)")
+        return EXIT_OK
+    _warn(exp)
+    if args.cmd == "expand":
+        from . import atomic
+        from .yamlout import dump
+        text = dump(exp.to_blueprint())
+        if args.out:
+            atomic.write_file(args.out, text)
+        else:
+            sys.stdout.write(text)
+        return EXIT_OK
+    if args.cmd == "show":
+        if args.json:
+            print(json.dumps(dep.to_dict(), indent=2))
+        else:
+            from .report import show
+            sys.stdout.write(show(dep, args.target))
+        return EXIT_OK
+    if args.cmd == "create":
+        from .deployfolder import create
+        out = args.out or os.path.join(".", dep.deployment_name)
+        create(exp, dep, out, args.overwrite)
+        print(f"created deployment folder {out}")
+        return EXIT_OK
+    raise AssertionError(args.cmd)

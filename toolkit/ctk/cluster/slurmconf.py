@@ -1,0 +1,491 @@
+"""Render slurm.conf, gres.conf and cgroup.conf from a Deployment.
+
+Pure functions: they read the model and return text, nothing else.  The output is
+deterministic (same model in, same bytes out) so that golden files can diff it.
+
+Two flavours:
+
+* production (``layout=None``): one slurmd per host, the controller at
+  ``dep.controller.hostname``, standard Debian paths, cgroup-based process tracking.
+* local (``layout=NodeLayout(...)``): every node is a slurmd process on one machine,
+  each with its own address/port and per-node spool/log/pid files; no cgroup
+  enforcement, so it also runs inside containers.
+
+Checked against the Debian 12 slurmctld (Slurm 22.05) by
+tests/integration/test_slurmctld_accepts.py.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from ctk.cluster.hostlist import compress
+from ctk.model import Deployment, Nodeset, Partition
+
+__all__ = [
+    "NodeLayout",
+    "render_slurm_conf",
+    "render_gres_conf",
+    "render_cgroup_conf",
+    "partition_nodes",
+]
+
+# Production paths (as the Debian slurmctld/slurmd packages lay them out).
+PROD_STATE_DIR = "/var/spool/slurmctld"
+PROD_SPOOL_DIR = "/var/spool/slurmd"
+PROD_LOG_DIR = "/var/log/slurm"
+PROD_PID_DIR = "/run"
+PROD_SLURM_USER = "slurm"
+PROD_SLURMCTLD_PORT = 6817
+PROD_SLURMD_PORT = 6818
+
+
+@dataclass
+class NodeLayout:
+    """Where the daemons of a cluster that lives on one machine listen and write.
+
+    ``node_addr``/``node_port`` map a Slurm NodeName to the address and port its slurmd
+    listens on.  A node missing from ``node_addr`` gets ``controller_addr``; one missing
+    from ``node_port`` uses ``slurmd_port``.  Several slurmd on one host therefore need
+    either distinct ports or distinct loopback addresses (127.0.0.2, 127.0.0.3, ...).
+    """
+
+    controller_addr: str
+    controller_port: int
+    node_addr: dict[str, str]
+    node_port: dict[str, int]
+    state_dir: str  # StateSaveLocation
+    spool_dir: str  # per node: <spool_dir>/<node>
+    log_dir: str  # slurmctld.log, slurmd-<node>.log
+    pid_dir: str  # slurmctld.pid, slurmd-<node>.pid
+    slurm_user: str = "root"
+    # Name in SlurmctldHost.  slurmctld only starts where this matches `hostname -s`;
+    # "localhost" matches any host, which is what a single-machine cluster wants.
+    controller_host: str = "localhost"
+    slurmd_port: int | None = None  # SlurmdPort; None: controller_port + 1
+    munge_socket: str | None = None  # AuthInfo=socket=...; None: munge's default socket
+    node_hostname: dict[str, str] = field(default_factory=dict)  # default: the NodeName
+
+
+# --------------------------------------------------------------------------- helpers
+
+_KEY_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
+_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
+_TOPOLOGY_KEYS = ("Boards", "SocketsPerBoard", "Sockets", "CoresPerSocket", "ThreadsPerCore")
+# Keys that would start a new record if they showed up inside another record's extras.
+_RECORD_KEYS = {"nodename", "partitionname", "nodeset", "frontendname", "downnodes"}
+
+Params = list[tuple[str, str]]
+
+
+def _fmt(key: str, value: Any) -> str:
+    """One slurm.conf value as text."""
+    if isinstance(value, bool):
+        text = "YES" if value else "NO"
+    elif isinstance(value, (list, tuple)):
+        text = ",".join(_fmt(key, v) for v in value)
+    elif isinstance(value, (int, float, str)):
+        text = str(value)
+    else:
+        raise ValueError(f"{key}: unsupported value type {type(value).__name__}: {value!r}")
+    if any(c in text for c in "\n\r#\""):
+        raise ValueError(f"{key}: value {text!r} contains a newline, '#' or '\"'")
+    if text == "" or any(c.isspace() for c in text):
+        # The Slurm parser takes a double-quoted value as one token.
+        text = f'"{text}"'
+    return text
+
+
+def _check_key(key: str, where: str) -> str:
+    if not isinstance(key, str) or not _KEY_RE.match(key):
+        raise ValueError(f"{where}: {key!r} is not a valid Slurm parameter name")
+    if key.lower() in _RECORD_KEYS:
+        raise ValueError(f"{where}: {key!r} cannot be set here")
+    return key
+
+
+def _merge(base: Params, extra: dict[str, Any] | None, where: str) -> Params:
+    """Overlay ``extra`` on ``base``; keys compare case-insensitively (as Slurm does).
+
+    A key already in ``base`` keeps its position and takes the new value; a new key is
+    appended in ``extra``'s order; a value of None removes the key.
+    """
+    out = list(base)
+    for key, value in (extra or {}).items():
+        _check_key(key, where)
+        idx = next((i for i, (k, _) in enumerate(out) if k.lower() == key.lower()), None)
+        if value is None:
+            if idx is not None:
+                del out[idx]
+            continue
+        text = _fmt(key, value)
+        if idx is None:
+            out.append((key, text))
+        else:
+            out[idx] = (out[idx][0], text)
+    return out
+
+
+def _get(d: dict[str, Any], key: str) -> Any:
+    for k, v in d.items():
+        if k.lower() == key.lower():
+            return v
+    return None
+
+
+def _line(params: Params) -> str:
+    return " ".join(f"{k}={v}" for k, v in params)
+
+
+def _header(dep: Deployment) -> str:
+    return (
+        f"# Generated by ctk from blueprint {dep.blueprint_name}, "
+        f"deployment {dep.deployment_name}. Do not edit."
+    )
+
+
+def _live_nodesets(dep: Deployment) -> list[Nodeset]:
+    """Nodesets with at least one node, after checking that node names are unique."""
+    seen: dict[str, str] = {}
+    live = []
+    for ns in dep.nodesets:
+        for name in ns.node_names():
+            if name in seen:
+                raise ValueError(
+                    f"node {name!r} is in nodeset {seen[name]!r} and in {ns.name!r}; "
+                    "node_prefix values must not overlap"
+                )
+            seen[name] = ns.name
+        if ns.node_count > 0:
+            live.append(ns)
+    return live
+
+
+def partition_nodes(dep: Deployment, p: Partition) -> list[str]:
+    """Node names of a partition, in nodeset order."""
+    names: list[str] = []
+    for ns_name in p.nodesets:
+        try:
+            ns = dep.nodeset(ns_name)
+        except KeyError:
+            raise ValueError(f"partition {p.name!r} references unknown nodeset {ns_name!r}") from None
+        names.extend(ns.node_names())
+    return names
+
+
+def _topology(ns: Nodeset) -> tuple[int, Params]:
+    """CPUs and the socket/core/thread parameters for a nodeset's NodeName line.
+
+    When node_conf describes the topology, the missing piece (Sockets or CoresPerSocket)
+    is derived from CPUs so the line is explicit, and the numbers are checked: Slurm
+    accepts CPUs equal to the thread count or to the core count, nothing else.
+    """
+    conf = ns.node_conf
+    cpus_override = _get(conf, "CPUs")
+    cpus = int(cpus_override) if cpus_override is not None else ns.cpus
+    given = {k: _get(conf, k) for k in _TOPOLOGY_KEYS}
+    if all(v is None for v in given.values()):
+        return cpus, []
+
+    def num(key: str) -> int | None:
+        v = given[key]
+        if v is None:
+            return None
+        try:
+            n = int(v)
+        except (TypeError, ValueError):
+            raise ValueError(f"nodeset {ns.name!r}: {key}={v!r} is not a whole number") from None
+        if n < 1:
+            raise ValueError(f"nodeset {ns.name!r}: {key}={n} must be at least 1")
+        return n
+
+    boards = num("Boards")
+    sockets_key = "SocketsPerBoard" if boards is not None else "Sockets"
+    if boards is not None and given["Sockets"] is not None and given["SocketsPerBoard"] is None:
+        sockets_key = "Sockets"  # Slurm reads Sockets as per-board when Boards is set
+    sockets = num(sockets_key)
+    cores = num("CoresPerSocket")
+    threads = num("ThreadsPerCore") or 1
+    b = boards or 1
+
+    def derive(what: str, divisor: int) -> int:
+        if divisor <= 0 or cpus % divisor:
+            raise ValueError(
+                f"nodeset {ns.name!r}: cannot derive {what} from CPUs={cpus} and "
+                f"node_conf {dict(conf)!r}"
+            )
+        return cpus // divisor
+
+    if sockets is None and cores is None:
+        sockets, cores = 1, derive("CoresPerSocket", b * threads)
+    elif sockets is None:
+        sockets = derive(sockets_key, b * cores * threads)
+    elif cores is None:
+        cores = derive("CoresPerSocket", b * sockets * threads)
+    total_cores = b * sockets * cores
+    if cpus not in (total_cores * threads, total_cores):
+        raise ValueError(
+            f"nodeset {ns.name!r}: CPUs={cpus} does not match the topology "
+            f"(boards={b} sockets={sockets} cores/socket={cores} threads/core={threads}: "
+            f"{total_cores} cores, {total_cores * threads} threads)"
+        )
+    params: Params = []
+    if boards is not None:
+        params.append(("Boards", str(boards)))
+    params += [(sockets_key, str(sockets)), ("CoresPerSocket", str(cores))]
+    params.append(("ThreadsPerCore", str(threads)))
+    return cpus, params
+
+
+def _node_params(ns: Nodeset) -> Params:
+    """Everything of a NodeName line after the name (and address) parameters."""
+    cpus, topo = _topology(ns)
+    params: Params = [("CPUs", str(cpus)), *topo, ("RealMemory", str(ns.memory_mb))]
+    if ns.gpu_count > 0:
+        gres = f"gpu:{ns.gpu_type}:{ns.gpu_count}" if ns.gpu_type else f"gpu:{ns.gpu_count}"
+        params.append(("Gres", gres))
+    if ns.features:
+        params.append(("Features", _fmt("Features", list(ns.features))))
+    params.append(("State", "UNKNOWN"))
+    # node_conf goes last; the topology keys (and CPUs) were already handled above and
+    # only need their values checked, everything else overrides or extends the line.
+    handled = {k.lower() for k in (*_TOPOLOGY_KEYS, "CPUs")}
+    extra = {k: v for k, v in ns.node_conf.items() if k.lower() not in handled}
+    merged = _merge(params, extra, f"nodeset {ns.name!r} node_conf")
+    # Keep State last for readability, wherever an override put it.
+    state = [kv for kv in merged if kv[0].lower() == "state"]
+    return [kv for kv in merged if kv[0].lower() != "state"] + state
+
+
+# ------------------------------------------------------------------------ slurm.conf
+
+
+def _base_params(dep: Deployment, layout: NodeLayout | None, has_gpus: bool) -> list[Params]:
+    """The global part of slurm.conf, as sections of (key, value)."""
+    if layout is None:
+        if dep.controller is None:
+            raise ValueError("deployment has no controller: cannot render a production slurm.conf")
+        ctld_host = dep.controller.hostname
+        ctld_port, slurmd_port = PROD_SLURMCTLD_PORT, PROD_SLURMD_PORT
+        user = PROD_SLURM_USER
+        state_dir = PROD_STATE_DIR
+        spool = PROD_SPOOL_DIR
+        ctld_log = f"{PROD_LOG_DIR}/slurmctld.log"
+        slurmd_log = f"{PROD_LOG_DIR}/slurmd.log"
+        ctld_pid = f"{PROD_PID_DIR}/slurmctld.pid"
+        slurmd_pid = f"{PROD_PID_DIR}/slurmd.pid"
+        proctrack, task = "proctrack/cgroup", "task/cgroup,task/affinity"
+    else:
+        ctld_host = f"{layout.controller_host}({layout.controller_addr})"
+        ctld_port = layout.controller_port
+        slurmd_port = layout.slurmd_port if layout.slurmd_port is not None else ctld_port + 1
+        user = layout.slurm_user
+        state_dir = layout.state_dir
+        # %n is replaced by the node name, so every slurmd on the host gets its own files.
+        spool = f"{layout.spool_dir}/%n"
+        ctld_log = f"{layout.log_dir}/slurmctld.log"
+        slurmd_log = f"{layout.log_dir}/slurmd-%n.log"
+        ctld_pid = f"{layout.pid_dir}/slurmctld.pid"
+        slurmd_pid = f"{layout.pid_dir}/slurmd-%n.pid"
+        # No cgroups: the local target also runs in containers where slurmd cannot
+        # create cgroups, and several slurmd on one host would fight over them.
+        proctrack, task = "proctrack/linuxproc", "task/none"
+
+    identity: Params = [
+        ("ClusterName", dep.slurm_cluster_name),
+        ("SlurmctldHost", ctld_host),
+        ("SlurmctldPort", str(ctld_port)),
+        ("SlurmdPort", str(slurmd_port)),
+        ("SlurmUser", user),
+        ("AuthType", "auth/munge"),
+    ]
+    if layout is not None and layout.munge_socket:
+        identity.append(("AuthInfo", f"socket={layout.munge_socket}"))
+    identity.append(("CredType", "cred/munge"))
+
+    scheduling: Params = [
+        ("MpiDefault", "none"),
+        ("ProctrackType", proctrack),
+        ("TaskPlugin", task),
+        ("SelectType", "select/cons_tres"),
+        ("SelectTypeParameters", "CR_Core_Memory"),
+    ]
+    if has_gpus:
+        scheduling.append(("GresTypes", "gpu"))
+    scheduling += [
+        ("SchedulerType", "sched/backfill"),
+        ("ReturnToService", "2"),
+        ("JobAcctGatherType", "jobacct_gather/none"),
+        ("AccountingStorageType", "accounting_storage/none"),
+        ("JobCompType", "jobcomp/none"),
+    ]
+
+    timeouts: Params = [
+        ("SlurmctldTimeout", "120"),
+        ("SlurmdTimeout", "300"),
+        ("MessageTimeout", "30"),
+        ("InactiveLimit", "0"),
+        ("KillWait", "30"),
+        ("MinJobAge", "300"),
+        ("Waittime", "0"),
+    ]
+
+    paths: Params = [
+        ("StateSaveLocation", state_dir),
+        ("SlurmdSpoolDir", spool),
+        ("SlurmctldPidFile", ctld_pid),
+        ("SlurmdPidFile", slurmd_pid),
+        ("SlurmctldLogFile", ctld_log),
+        ("SlurmdLogFile", slurmd_log),
+        ("SlurmctldDebug", "info"),
+        ("SlurmdDebug", "info"),
+    ]
+    return [identity, scheduling, timeouts, paths]
+
+
+def _node_lines(live: list[Nodeset], layout: NodeLayout | None) -> list[str]:
+    lines: list[str] = []
+    for ns in live:
+        rest = _node_params(ns)
+        lines.append(f"# nodeset {ns.name}: {ns.node_count} x {ns.machine_type}")
+        if layout is None:
+            lines.append(_line([("NodeName", compress(ns.node_names())), *rest]))
+            continue
+        # One line per node: each slurmd has its own NodeAddr/NodeHostname/Port.  Slurm
+        # can pair hostlists positionally (NodeName=n-[0-3] NodeAddr=127.0.0.[2-5]), but
+        # per-node Port ranges are less well defined, the addresses and ports come from
+        # a dict and need not be contiguous, and local clusters are small; one line per
+        # node is unambiguous and diffs cleanly.
+        for name in ns.node_names():
+            addr: Params = [
+                ("NodeName", name),
+                ("NodeAddr", layout.node_addr.get(name, layout.controller_addr)),
+                ("NodeHostname", layout.node_hostname.get(name, name)),
+            ]
+            port = layout.node_port.get(name)
+            if port is not None:
+                addr.append(("Port", str(port)))
+            lines.append(_line(addr + rest))
+    return lines
+
+
+def _partition_lines(dep: Deployment) -> list[str]:
+    lines: list[str] = []
+    for p in dep.partitions:
+        if not _NAME_RE.match(p.name or ""):
+            raise ValueError(f"partition name {p.name!r} is not a valid Slurm partition name")
+        nodes = partition_nodes(dep, p)
+        if p.oversubscribe is not None:
+            oversub = str(p.oversubscribe)
+        else:
+            oversub = "EXCLUSIVE" if p.exclusive else "NO"
+        params: Params = [("PartitionName", p.name)]
+        if nodes:
+            params.append(("Nodes", compress(nodes)))
+        params += [
+            ("Default", "YES" if p.is_default else "NO"),
+            ("MaxTime", p.max_time or "UNLIMITED"),
+            ("OverSubscribe", oversub),
+            ("State", "UP" if nodes else "INACTIVE"),
+        ]
+        if not nodes:
+            # slurmctld 22.05 accepts a partition without Nodes.  INACTIVE makes sbatch
+            # fail at once instead of queueing jobs that can never start.
+            lines.append(f"# partition {p.name}: all its nodesets are empty, so no Nodes= and INACTIVE")
+        params = _merge(params, p.conf, f"partition {p.name!r} conf")
+        lines.append(_line(params))
+    return lines
+
+
+def render_slurm_conf(dep: Deployment, *, layout: NodeLayout | None = None) -> str:
+    """slurm.conf text for the deployment (production, or local with ``layout``)."""
+    live = _live_nodesets(dep)
+    has_gpus = any(ns.gpu_count > 0 for ns in live)
+    sections = _base_params(dep, layout, has_gpus)
+
+    extra = dep.controller.slurm_conf if dep.controller is not None else {}
+    overridden = set()
+    for key in extra:
+        _check_key(key, "controller.slurm_conf")
+        overridden.add(key.lower())
+
+    out = [_header(dep)]
+    titles = ["Cluster", "Scheduling", "Timeouts (seconds)", "State, spool and logs"]
+    for title, params in zip(titles, sections):
+        kept = [(k, v) for k, v in params if k.lower() not in overridden]
+        out += ["", f"# {title}"]
+        out += [f"{k}={v}" for k, v in kept]
+    merged_extra = _merge([], {k: v for k, v in extra.items() if v is not None}, "controller.slurm_conf")
+    if merged_extra:
+        out += ["", "# From the blueprint (controller slurm_conf); these override the values above"]
+        out += [f"{k}={v}" for k, v in merged_extra]
+
+    out += ["", "# Nodes (login nodes are not Slurm nodes)"]
+    out += _node_lines(live, layout)
+    out += ["", "# Partitions"]
+    out += _partition_lines(dep)
+    return "\n".join(out) + "\n"
+
+
+# ------------------------------------------------------------------------- gres.conf
+
+
+def _gpu_files(count: int) -> str:
+    return "/dev/nvidia0" if count == 1 else f"/dev/nvidia[0-{count - 1}]"
+
+
+def render_gres_conf(dep: Deployment, *, layout: NodeLayout | None = None) -> str:
+    """gres.conf text: one line per GPU nodeset.
+
+    Production lists the device files explicitly (File=/dev/nvidia[0-N]) rather than
+    relying on AutoDetect=nvml: Debian's Slurm packages ship no gpu_nvml plugin, and
+    explicit files work with any build (a build with NVML still checks them).  With a
+    layout the GPUs are emulated, so only Count= is given: there are no device files.
+    """
+    lines = [_header(dep)]
+    gpu_sets = [ns for ns in _live_nodesets(dep) if ns.gpu_count > 0]
+    if not gpu_sets:
+        lines.append("# No GPU nodesets.")
+        return "\n".join(lines) + "\n"
+    if layout is None:
+        lines.append("# Device files listed explicitly; see ctk.cluster.slurmconf.render_gres_conf.")
+    else:
+        lines.append("# Local cluster: GPUs are emulated, so counts only and no device files.")
+    for ns in gpu_sets:
+        params: Params = [("NodeName", compress(ns.node_names())), ("Name", "gpu")]
+        if ns.gpu_type:
+            params.append(("Type", ns.gpu_type))
+        if layout is None:
+            params.append(("File", _gpu_files(ns.gpu_count)))
+        else:
+            params.append(("Count", str(ns.gpu_count)))
+        lines.append(_line(params))
+    return "\n".join(lines) + "\n"
+
+
+# ----------------------------------------------------------------------- cgroup.conf
+
+
+def render_cgroup_conf(dep: Deployment, *, layout: NodeLayout | None = None) -> str:
+    """cgroup.conf text.
+
+    Production constrains cores, memory and devices (used by proctrack/cgroup and
+    task/cgroup).  The local layout uses neither plugin, but slurmd 22.05 still loads
+    the cgroup plugin at start: ``autodetect`` picks v1 on legacy/hybrid hosts and v2 on
+    unified ones, and IgnoreSystemd=yes keeps cgroup/v2 from asking systemd over D-Bus
+    (there is no systemd in a container).  Nothing is constrained.
+    """
+    lines = [_header(dep), "CgroupPlugin=autodetect"]
+    if layout is None:
+        lines += ["ConstrainCores=yes", "ConstrainRAMSpace=yes", "ConstrainDevices=yes"]
+    else:
+        lines += [
+            "IgnoreSystemd=yes",
+            "ConstrainCores=no",
+            "ConstrainRAMSpace=no",
+            "ConstrainDevices=no",
+        ]
+    return "\n".join(lines) + "\n"
+

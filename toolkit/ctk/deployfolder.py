@@ -1,0 +1,70 @@
+"""The deployment folder: expanded blueprint, the Deployment model, per-group artifacts.
+
+Layout:
+    expanded.yaml          the blueprint after expansion (Cluster Toolkit format)
+    deployment.json        the Deployment model
+    <group>/slurm/         slurm.conf, gres.conf, cgroup.conf (in the controller's group)
+    staged/                files named by ghpc_stage()
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+from . import atomic
+from .blueprint.errors import UserError
+from .blueprint.expand import Expanded
+from .cluster.slurmconf import render_cgroup_conf, render_gres_conf, render_slurm_conf
+from .model import Deployment
+from .yamlout import dump
+
+
+def artifacts(exp: Expanded, dep: Deployment) -> dict[str, str]:
+    """Every generated file, by folder-relative path (pure)."""
+    files = {
+        "expanded.yaml": dump(exp.to_blueprint()),
+        "deployment.json": json.dumps(dep.to_dict(), indent=2) + "\n",
+    }
+    if dep.controller is not None:
+        group = exp.module(dep.controller.module_id).module.group if dep.controller.module_id \
+            else exp.blueprint.groups[-1].name
+        files[f"{group}/slurm/slurm.conf"] = render_slurm_conf(dep)
+        files[f"{group}/slurm/cgroup.conf"] = render_cgroup_conf(dep)
+        if any(ns.gpu_count for ns in dep.nodesets):
+            files[f"{group}/slurm/gres.conf"] = render_gres_conf(dep)
+    return files
+
+
+def create(exp: Expanded, dep: Deployment, out_dir: str, overwrite: bool = False) -> str:
+    """Write the deployment folder atomically; refuse to replace one unless `overwrite`."""
+    if os.path.exists(out_dir):
+        if not os.path.isdir(out_dir):
+            raise UserError(f"{out_dir} exists and is not a folder")
+        if not overwrite:
+            raise UserError(f"deployment folder {out_dir} already exists\n"
+                            "  hint: pass -w to overwrite it")
+        if not os.path.exists(os.path.join(out_dir, "deployment.json")) and os.listdir(out_dir):
+            raise UserError(f"{out_dir} is not a ctk deployment folder (no deployment.json); "
+                            "not overwriting it")
+    stage = atomic.staging_dir(out_dir)
+    try:
+        for rel, text in artifacts(exp, dep).items():
+            path = os.path.join(stage, rel)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w") as f:
+                f.write(text)
+        for rel, src in exp.staged.items():
+            dest = os.path.join(stage, rel)
+            if os.path.isdir(src):
+                shutil.copytree(src, dest)
+            else:
+                os.makedirs(os.path.dirname(dest), exist_ok=True)
+                shutil.copy2(src, dest)
+        os.chmod(stage, 0o755)
+        atomic.replace_dir(stage, out_dir)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    return out_dir

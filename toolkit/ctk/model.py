@@ -1,0 +1,142 @@
+"""The Deployment model: what a blueprint describes, after expansion, in ctk's own terms.
+
+Everything downstream (slurm.conf rendering, image builds, targets, jobs) reads this model;
+nothing downstream re-reads YAML. It round-trips through JSON (deployment.json).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class ImageSpec:
+    """A node image: base OS, ordered Ansible roles, one software stack."""
+
+    name: str
+    module_id: str
+    base: str = "debian-12"
+    roles: list[str] = field(default_factory=lambda: ["common", "munge", "slurm", "jax"])
+    stack: str = "jax-cpu"
+    extra_playbooks: list[str] = field(default_factory=list)
+    source: str = ""  # module source that declared it
+
+
+@dataclass
+class Nodeset:
+    """A group of identical compute nodes (Slurm NodeName line)."""
+
+    name: str  # Slurm nodeset name, e.g. "debugnodeset"
+    module_id: str
+    machine_type: str
+    node_prefix: str  # hostnames are f"{node_prefix}-{i}"
+    cpus: int
+    memory_mb: int  # Slurm RealMemory
+    node_count_static: int = 0
+    node_count_dynamic_max: int = 0
+    gpu_type: str | None = None  # Slurm gres type, e.g. "h100"
+    gpu_count: int = 0
+    tpu_type: str | None = None  # e.g. "v5p-8" (TPU nodesets)
+    tpu_chips_per_host: int = 0
+    features: list[str] = field(default_factory=list)
+    node_conf: dict[str, Any] = field(default_factory=dict)  # extra NodeName parameters
+    network: str = "tcp"  # tcp | gpudirect-tcpx | gpudirect-tcpxo | rdma
+    image: str | None = None
+    spot: bool = False
+
+    @property
+    def node_count(self) -> int:
+        return self.node_count_static + self.node_count_dynamic_max
+
+    def node_names(self) -> list[str]:
+        return [f"{self.node_prefix}-{i}" for i in range(self.node_count)]
+
+
+@dataclass
+class Partition:
+    name: str
+    module_id: str
+    nodesets: list[str]  # Nodeset.name values
+    is_default: bool = False
+    exclusive: bool = True
+    max_time: str | None = None  # Slurm MaxTime, e.g. "UNLIMITED" or "2-00:00:00"
+    oversubscribe: str | None = None  # Slurm OverSubscribe
+    conf: dict[str, Any] = field(default_factory=dict)  # extra PartitionName parameters
+
+
+@dataclass
+class Controller:
+    module_id: str
+    machine_type: str = "c2-standard-4"
+    hostname: str = "controller"
+    image: str | None = None
+    slurm_conf: dict[str, Any] = field(default_factory=dict)  # extra slurm.conf parameters
+
+
+@dataclass
+class Login:
+    module_id: str
+    name: str
+    machine_type: str = "n2-standard-2"
+    count: int = 1
+    image: str | None = None
+
+    def node_names(self) -> list[str]:
+        return [f"{self.name}-{i}" for i in range(self.count)]
+
+
+@dataclass
+class SharedFs:
+    module_id: str
+    local_mount: str
+    remote_mount: str = ""
+    fs_type: str = "nfs"
+    source: str = ""
+
+
+@dataclass
+class Unsupported:
+    """A module the model does not cover: kept for the gcp target, listed elsewhere."""
+
+    module_id: str
+    source: str
+    group: str
+    reason: str  # "not modelled" | "remote source"
+
+
+@dataclass
+class Deployment:
+    deployment_name: str
+    blueprint_name: str
+    slurm_cluster_name: str
+    target: str = "local"
+    images: list[ImageSpec] = field(default_factory=list)
+    nodesets: list[Nodeset] = field(default_factory=list)
+    partitions: list[Partition] = field(default_factory=list)
+    controller: Controller | None = None
+    logins: list[Login] = field(default_factory=list)
+    shared_fs: list[SharedFs] = field(default_factory=list)
+    unsupported: list[Unsupported] = field(default_factory=list)
+
+    def nodeset(self, name: str) -> Nodeset:
+        for ns in self.nodesets:
+            if ns.name == name:
+                return ns
+        raise KeyError(name)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Deployment":
+        d = dict(d)
+        d["images"] = [ImageSpec(**x) for x in d.get("images", [])]
+        d["nodesets"] = [Nodeset(**x) for x in d.get("nodesets", [])]
+        d["partitions"] = [Partition(**x) for x in d.get("partitions", [])]
+        d["controller"] = Controller(**d["controller"]) if d.get("controller") else None
+        d["logins"] = [Login(**x) for x in d.get("logins", [])]
+        d["shared_fs"] = [SharedFs(**x) for x in d.get("shared_fs", [])]
+        d["unsupported"] = [Unsupported(**x) for x in d.get("unsupported", [])]
+        return cls(**d)

@@ -1,0 +1,105 @@
+"""ctk's own module kinds: a small, closed vocabulary mapped one-to-one onto the model.
+
+Sources start with `ctk/`. Every input is declared; an unknown setting is an error.
+"""
+
+from __future__ import annotations
+
+from .schema import Input, ModuleKind, Output
+
+IMAGE_BASES = ("debian-12", "ubuntu-22.04", "ubuntu-24.04", "rocky-9")
+
+
+def _in(name, type_="any", default=None, doc="", required=False) -> Input:
+    return Input(name=name, type=type_, default=default, doc=doc, required=required)
+
+
+IMAGE = ModuleKind(
+    source="ctk/image",
+    role="image",
+    doc="A node image: a base OS, Ansible roles applied in order, and one software stack.",
+    inputs=(
+        _in("name", "string", None, "Image name; nodesets, controller and login refer to it.", required=True),
+        _in("base", "string", "debian-12", "Base OS: " + ", ".join(IMAGE_BASES) + "."),
+        _in("roles", "list(string)", ["common", "munge", "slurm", "jax"], "Ansible roles, applied in this order."),
+        _in("stack", "string", "jax-cpu", "Software stack from images/stacks.yaml."),
+        _in("extra_playbooks", "list(string)", [], "Further playbooks run after the roles."),
+    ),
+    outputs=(Output("image", "The image name, for an `image` input."),),
+)
+
+NODESET = ModuleKind(
+    source="ctk/slurm/nodeset",
+    role="nodeset",
+    doc="A group of identical compute nodes (a Slurm NodeName line).",
+    inputs=(
+        _in("name", "string", None, "Nodeset name; null: the module id without underscores."),
+        _in("machine_type", "string", "n2-standard-2", "GCE machine type; sets CPUs, memory and GPUs."),
+        _in("node_count_static", "number", 0, "Nodes always up."),
+        _in("node_count_dynamic_max", "number", 0, "Most nodes powered up on demand."),
+        _in("features", "list(string)", [], "Slurm node features."),
+        _in("node_conf", "map(any)", {}, "Extra NodeName parameters."),
+        _in("image", "string", None, "Image the nodes boot (a ctk/image name)."),
+        _in("gpu_network", "string", None,
+            "GPU network transport (tcp, gpudirect-tcpx, gpudirect-tcpxo, rdma); null: from the machine type."),
+    ),
+    outputs=(Output("nodeset", "The nodeset, for a partition's nodeset input."),),
+)
+
+PARTITION = ModuleKind(
+    source="ctk/slurm/partition",
+    role="partition",
+    doc="A Slurm partition over one or more nodesets.",
+    inputs=(
+        _in("partition_name", "string", None, "Partition name.", required=True),
+        _in("nodeset", "list(object)", [], "Nodesets in the partition (via use)."),
+        _in("is_default", "bool", False, "Default partition for jobs that name none."),
+        _in("exclusive", "bool", True, "Whole nodes per job."),
+        _in("max_time", "string", None, "MaxTime, e.g. 'UNLIMITED' or '2-00:00:00'."),
+        _in("oversubscribe", "string", None, "OverSubscribe, e.g. 'NO', 'YES:4'."),
+        _in("partition_conf", "map(any)", {}, "Extra PartitionName parameters."),
+    ),
+    outputs=(Output("partitions", "The partition, for the controller's partitions input."),),
+)
+
+CONTROLLER = ModuleKind(
+    source="ctk/slurm/controller",
+    role="controller",
+    doc="The Slurm controller (slurmctld).",
+    inputs=(
+        _in("machine_type", "string", "c2-standard-4", "Machine type of the controller."),
+        _in("partitions", "list(object)", [], "Partitions (via use)."),
+        _in("login_nodes", "list(object)", [], "Login groups (via use)."),
+        _in("image", "string", None, "Image the controller boots."),
+        _in("slurm_conf", "map(any)", {}, "Extra slurm.conf parameters."),
+        _in("network_storage", "list(object)", [], "Shared file systems (via use)."),
+    ),
+    outputs=(),
+)
+
+LOGIN = ModuleKind(
+    source="ctk/slurm/login",
+    role="login",
+    doc="A group of login nodes.",
+    inputs=(
+        _in("name_prefix", "string", "login", "Hostname prefix of the group."),
+        _in("machine_type", "string", "n2-standard-2", "Machine type of the login nodes."),
+        _in("num_instances", "number", 1, "Login nodes in the group."),
+        _in("image", "string", None, "Image the login nodes boot."),
+    ),
+    outputs=(Output("login_nodes", "The group, for the controller's login_nodes input."),),
+)
+
+SHARED_FS = ModuleKind(
+    source="ctk/storage/shared-fs",
+    role="shared-fs",
+    doc="A file system shared by all nodes.",
+    inputs=(
+        _in("local_mount", "string", None, "Mount point on the nodes.", required=True),
+        _in("remote_mount", "string", "", "Export path on the server."),
+        _in("fs_type", "string", "nfs", "File system type."),
+    ),
+    outputs=(Output("network_storage", "The mount, for network_storage inputs."),),
+)
+
+KINDS: dict[str, ModuleKind] = {k.source: k for k in (IMAGE, NODESET, PARTITION, CONTROLLER, LOGIN, SHARED_FS)}

@@ -1,0 +1,235 @@
+"""Planning: the expanded blueprint mapped onto the Deployment model (pure; no I/O)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ..blueprint.errors import Collector
+from ..blueprint.expand import Expanded, ExpandedModule
+from ..blueprint.expression import Deferred, is_deferred
+from ..model import (Controller, Deployment, ImageSpec, Login, Nodeset, Partition, SharedFs,
+                     Unsupported)
+from . import is_remote
+from .machines import accelerator_gpu, lookup_machine, lookup_tpu
+
+# TPU VM host shapes (vCPUs, GB) per generation, as Cloud TPU publishes them.
+TPU_HOSTS = {"v2": (96, 335), "v3": (96, 335), "v4": (240, 407), "v5p": (208, 448),
+             "v5e": (224, 384), "v6e": (180, 1440)}
+
+# Base images ctk knows how to provision, by the words found in a source image name.
+_BASES = (("debian-12", "debian-12"), ("debian12", "debian-12"), ("2404", "ubuntu-24.04"),
+          ("24-04", "ubuntu-24.04"), ("2204", "ubuntu-22.04"), ("22-04", "ubuntu-22.04"),
+          ("rocky-linux-9", "rocky-9"), ("rocky-9", "rocky-9"))
+
+
+def slurm_cluster_name(deployment_name: str) -> str:
+    """Cluster name as slurm-gcp derives it: lowercase letters and digits, a letter first, <= 10."""
+    s = re.sub(r"[^a-z0-9]", "", deployment_name.lower())
+    s = re.sub(r"^[^a-z]*", "", s)
+    return s[:10] or "cluster"
+
+
+def _node_name(module_id: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", module_id.lower())
+
+
+def _int(v, default: int = 0) -> int:
+    if v is None or is_deferred(v):
+        return default
+    if isinstance(v, bool):
+        return int(v)
+    try:
+        return int(float(v))
+    except (TypeError, ValueError):
+        return default
+
+
+def _str(v, default: str | None = None) -> str | None:
+    if v is None or is_deferred(v):
+        return default
+    return str(v)
+
+
+def _dict(v) -> dict[str, Any]:
+    if isinstance(v, dict):
+        return {k: x for k, x in v.items() if x is not None and not is_deferred(x)}
+    return {}
+
+
+def plan(exp: Expanded, c: Collector) -> Deployment:
+    doc = exp.blueprint.doc
+    dname = exp.deployment_name
+    controllers = [m for m in exp.modules if m.schema and m.schema.role == "controller"]
+    cluster = slurm_cluster_name(dname)
+    if controllers and isinstance(controllers[0].settings.get("slurm_cluster_name"), str):
+        cluster = controllers[0].settings["slurm_cluster_name"]
+    dep = Deployment(deployment_name=dname, blueprint_name=exp.blueprint.name, slurm_cluster_name=cluster)
+
+    by_id: dict[str, Nodeset] = {}
+    images = {em.id: _image(em).name for em in exp.modules if em.schema and em.schema.role == "image"}
+    for em in exp.modules:
+        role = em.schema.role if em.schema else None
+        src = em.module.source
+        if role in ("nodeset", "nodeset-tpu"):
+            ns = _nodeset(em, cluster, c, doc, images)
+            if ns:
+                by_id[em.id] = ns
+                dep.nodesets.append(ns)
+        elif role == "image":
+            dep.images.append(_image(em))
+        elif role == "shared-fs" or ("/file-system/" in src and em.get("local_mount")):
+            mount = _str(em.get("local_mount"))
+            if mount:
+                dep.shared_fs.append(SharedFs(em.id, mount, _str(em.get("remote_mount"), "") or "",
+                                              _fs_type(src, em), src))
+        elif role in ("partition", "controller", "login"):
+            pass  # below, once every nodeset is known
+        elif role == "startup-script":
+            dep.unsupported.append(Unsupported(em.id, src, em.module.group,
+                                               "startup scripts run only on the gcp target"))
+        else:
+            dep.unsupported.append(Unsupported(em.id, src, em.module.group,
+                                               "remote source, not fetched" if is_remote(src) else
+                                               "not modelled by ctk (kept for the gcp target)"))
+
+    names_seen: dict[str, str] = {}
+    for ns in dep.nodesets:
+        if ns.name in names_seen:
+            em = exp.module(ns.module_id)
+            c.add(f"nodesets '{names_seen[ns.name]}' and '{ns.module_id}' have the same name '{ns.name}'",
+                  doc.pos(em.module.path + ("id",)), "set a distinct 'name' in one of them")
+        names_seen[ns.name] = ns.module_id
+
+    for em in exp.modules:
+        role = em.schema.role if em.schema else None
+        if role == "partition":
+            dep.partitions.append(_partition(em, by_id, c, doc))
+        elif role == "login":
+            prefix = _str(em.get("name_prefix"), "login") or "login"
+            dep.logins.append(Login(em.id, f"{cluster}-{prefix}", _str(em.get("machine_type"), "n2-standard-2"),
+                                    _int(em.get("num_instances"), 1) or 1, _image_of(em, images)))
+        elif role == "controller":
+            if dep.controller is not None:
+                c.add("a blueprint has one Slurm controller", doc.pos(em.module.path + ("id",)),
+                      f"'{dep.controller.module_id}' is already the controller")
+                continue
+            dep.controller = Controller(em.id, _str(em.get("machine_type"), "c2-standard-4"),
+                                        f"{cluster}-controller", _image_of(em, images),
+                                        _dict(em.get("slurm_conf")))
+    if dep.controller is None and (dep.partitions or dep.nodesets):
+        dep.controller = Controller("", hostname=f"{cluster}-controller")
+
+    defaults = [p for p in dep.partitions if p.is_default]
+    if len(defaults) > 1:
+        em = exp.module(defaults[1].module_id)
+        c.add(f"more than one default partition ('{defaults[0].name}', '{defaults[1].name}')",
+              doc.pos(em.module.path + ("settings", "is_default")), "set is_default on one partition only")
+    seen_p: dict[str, str] = {}
+    for p in dep.partitions:
+        if p.name in seen_p:
+            em = exp.module(p.module_id)
+            c.add(f"partition name '{p.name}' is used twice", doc.pos(em.module.path + ("id",)))
+        seen_p[p.name] = p.module_id
+    return dep
+
+
+def _fs_type(src: str, em: ExpandedModule) -> str:
+    if "lustre" in src:
+        return "lustre"
+    if "cloud-storage" in src or "gcs" in src:
+        return "gcsfuse"
+    return _str(em.get("fs_type"), "nfs") or "nfs"
+
+
+def _image(em: ExpandedModule) -> ImageSpec:
+    if em.module.source == "ctk/image":
+        return ImageSpec(name=_str(em.get("name"), em.id) or em.id, module_id=em.id,
+                         base=_str(em.get("base"), "debian-12"),
+                         roles=list(em.get("roles") or ["common", "munge", "slurm", "jax"]),
+                         stack=_str(em.get("stack"), "jax-cpu"),
+                         extra_playbooks=list(em.get("extra_playbooks") or []), source=em.module.source)
+    src_img = " ".join(str(x) for x in (em.get("source_image"), em.get("source_image_family"))
+                       if x and not is_deferred(x))
+    base = "debian-12"
+    for word, b in _BASES:
+        if word in src_img:
+            base = b
+            break
+    mt = lookup_machine(_str(em.get("machine_type"), "") or "")
+    stack = "jax-cuda12" if (mt and mt.gpu_count) or em.get("accelerator_type") else "jax-cpu"
+    return ImageSpec(name=_str(em.get("image_family"), em.id) or em.id, module_id=em.id, base=base,
+                     stack=stack, source=em.module.source)
+
+
+def _image_of(em: ExpandedModule, images: dict[str, str]) -> str | None:
+    """The image a node module boots: a used/referenced image module's name, or a plain name."""
+    for mid in em.modules_feeding("image"):
+        if mid in images:
+            return images[mid]
+    v = em.settings.get("image")
+    if isinstance(v, str):
+        return v
+    fam = em.settings.get("instance_image")
+    if isinstance(fam, dict) and isinstance(fam.get("family"), str):
+        return fam["family"]
+    return None
+
+
+def _nodeset(em: ExpandedModule, cluster: str, c: Collector, doc, images=None) -> Nodeset | None:
+    name = _str(em.get("name")) or _node_name(em.id)
+    path = em.module.path
+    static = _int(em.get("node_count_static"))
+    dynamic = _int(em.get("node_count_dynamic_max"))
+    node_conf = _dict(em.get("node_conf"))
+    features = [str(f) for f in (em.get("features") or []) if isinstance(f, str)]
+    common = dict(name=name, module_id=em.id, node_prefix=f"{cluster}{name}",
+                  node_count_static=static, node_count_dynamic_max=dynamic,
+                  node_conf=node_conf, features=features, image=_image_of(em, images or {}),
+                  spot=bool(em.get("enable_spot_vm") is True or em.get("preemptible") is True))
+    if em.schema.role == "nodeset-tpu":
+        ntype = _str(em.get("node_type")) or _str(em.get("accelerator_type")) or ""
+        tpu = lookup_tpu(ntype)
+        if tpu is None:
+            c.add(f"unknown TPU node type {ntype!r}", doc.pos(path + ("settings", "node_type")),
+                  "for example v4-8, v5p-8, v5litepod-8, v6e-8")
+            return None
+        cpus, gb = TPU_HOSTS.get(tpu.generation, (96, 335))
+        return Nodeset(machine_type=ntype, cpus=cpus, memory_mb=gb * 1024, tpu_type=ntype,
+                       tpu_chips_per_host=tpu.chips_per_host, **common)
+    mtype = _str(em.get("machine_type"), "c2-standard-60") or ""
+    mt = lookup_machine(mtype)
+    if mt is None:
+        c.add(f"unknown machine type {mtype!r}", doc.pos(path + ("settings", "machine_type")),
+              "ctk knows n1, n2, n2d, c2, c2d, c3, c3d, h3, e2, a2, a3, a4 and g2 types")
+        return None
+    gpu_type, gpu_count = mt.gpu_type, mt.gpu_count
+    for acc in em.get("guest_accelerator") or []:
+        if isinstance(acc, dict) and isinstance(acc.get("type"), str):
+            g = accelerator_gpu(acc["type"])
+            if g and _int(acc.get("count")):
+                gpu_type, gpu_count = g[0], _int(acc.get("count"))
+    network = _str(em.get("gpu_network")) or mt.network
+    return Nodeset(machine_type=mtype, cpus=mt.cpus, memory_mb=mt.memory_mb, gpu_type=gpu_type,
+                   gpu_count=gpu_count, network=network, **common)
+
+
+def _partition(em: ExpandedModule, by_id: dict[str, Nodeset], c: Collector, doc) -> Partition:
+    nodesets: list[str] = []
+    for setting in ("nodeset", "nodeset_tpu", "nodeset_dyn"):
+        for mid in em.modules_feeding(setting):
+            if mid in by_id and by_id[mid].name not in nodesets:
+                nodesets.append(by_id[mid].name)
+    conf = _dict(em.get("partition_conf"))
+    max_time = conf.pop("MaxTime", None) or em.get("max_time")
+    over = conf.pop("OverSubscribe", None) or em.get("oversubscribe")
+    for key, slurm_key in (("resume_timeout", "ResumeTimeout"), ("suspend_timeout", "SuspendTimeout")):
+        v = em.settings.get(key)
+        if v is not None and not is_deferred(v) and slurm_key not in conf:
+            conf[slurm_key] = v
+    name = _str(em.get("partition_name"), em.id) or em.id
+    exclusive = em.get("exclusive", True)
+    return Partition(name=name, module_id=em.id, nodesets=nodesets,
+                     is_default=em.get("is_default") is True,
+                     exclusive=exclusive is not False and not isinstance(exclusive, Deferred),
+                     max_time=_str(max_time), oversubscribe=_str(over), conf=conf)

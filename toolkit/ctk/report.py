@@ -1,0 +1,52 @@
+"""Readable summaries of a Deployment: the tables `ctk show` prints."""
+
+from __future__ import annotations
+
+from .cluster.hostlist import compress
+from .model import Deployment
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows)] if rows else [len(h) for h in headers]
+    line = lambda r: "  ".join(str(x).ljust(w) for x, w in zip(r, widths)).rstrip()
+    return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(r) for r in rows)])
+
+
+def accelerators(ns) -> str:
+    if ns.gpu_count:
+        return f"{ns.gpu_count} x {ns.gpu_type.upper()}"
+    if ns.tpu_type:
+        return f"TPU {ns.tpu_type} ({ns.tpu_chips_per_host} chips/host)"
+    return "-"
+
+
+def show(dep: Deployment, target: str = "local") -> str:
+    out = [f"deployment {dep.deployment_name}  (blueprint {dep.blueprint_name}, "
+           f"Slurm cluster {dep.slurm_cluster_name})", ""]
+    if dep.images:
+        out += ["Images", _table(["NAME", "BASE", "STACK", "ROLES"],
+                                 [[i.name, i.base, i.stack, ",".join(i.roles)] for i in dep.images]), ""]
+    if dep.partitions:
+        rows = []
+        for p in dep.partitions:
+            nodes = sum(dep.nodeset(n).node_count for n in p.nodesets)
+            rows.append([p.name + ("*" if p.is_default else ""), ",".join(p.nodesets) or "-", str(nodes),
+                         "yes" if p.exclusive else "no", p.max_time or "UNLIMITED"])
+        out += ["Partitions (* = default)",
+                _table(["PARTITION", "NODESETS", "NODES", "EXCLUSIVE", "MAXTIME"], rows), ""]
+    if dep.nodesets:
+        rows = [[ns.name, ns.machine_type, str(ns.node_count_static), str(ns.node_count_dynamic_max),
+                 str(ns.cpus), f"{ns.memory_mb // 1024} GiB", accelerators(ns),
+                 compress(ns.node_names()) if ns.node_count else "-"] for ns in dep.nodesets]
+        out += ["Nodesets", _table(["NODESET", "MACHINE", "STATIC", "DYNAMIC", "CPUS", "MEMORY",
+                                    "ACCELERATORS", "NODES"], rows), ""]
+    if dep.controller:
+        out += [f"Controller: {dep.controller.hostname} ({dep.controller.machine_type})"]
+    for lg in dep.logins:
+        out += [f"Login: {compress(lg.node_names())} ({lg.machine_type})"]
+    for fs in dep.shared_fs:
+        out += [f"Shared filesystem: {fs.local_mount} ({fs.fs_type}, module {fs.module_id})"]
+    if dep.unsupported:
+        out += ["", f"Not deployed on target {target}",
+                _table(["MODULE", "SOURCE", "WHY"], [[u.module_id, u.source, u.reason] for u in dep.unsupported])]
+    return "\n".join(out).rstrip() + "\n"
