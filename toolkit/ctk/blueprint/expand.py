@@ -253,6 +253,8 @@ def expand(bp: Blueprint, var_sources: dict[str, VarSource], c: Collector) -> Ex
             c.add(e.message, src.doc.pos(src.path), e.hint)
             ev.values[name] = INVALID
 
+    _default_labels(bp, ev)
+
     modules: list[ExpandedModule] = []
     for mod in bp.modules():
         schema = lookup(mod.source)
@@ -267,6 +269,8 @@ def expand(bp: Blueprint, var_sources: dict[str, VarSource], c: Collector) -> Ex
         _wire_use(bp, em, c)
         if schema is not None and schema.inject_module_id and schema.inject_module_id not in em.settings:
             em.settings[schema.inject_module_id] = mod.id
+        if schema is not None and schema.input("labels") is not None:
+            _module_labels(em, ev.values.get("labels"))
         if schema is not None:
             for inp in schema.inputs:
                 if inp.name not in em.settings and inp.name in ev.values:
@@ -278,6 +282,30 @@ def expand(bp: Blueprint, var_sources: dict[str, VarSource], c: Collector) -> Ex
     exp = Expanded(bp, dict(ev.values), var_sources, modules, ev.staged)
     exp.used_vars = ev.used_vars  # type: ignore[attr-defined]
     return exp
+
+
+def _default_labels(bp: Blueprint, ev: _Evaluator) -> None:
+    """vars.labels gains ghpc_blueprint and ghpc_deployment, as Cluster Toolkit adds them."""
+    labels = ev.values.get("labels", {})
+    if not isinstance(labels, dict):
+        return  # reported by validate
+    dn = ev.values.get("deployment_name")
+    merged = {"ghpc_blueprint": bp.name}
+    if isinstance(dn, str):
+        merged["ghpc_deployment"] = dn
+    merged.update(labels)
+    ev.values["labels"] = merged
+
+
+def _module_labels(em: ExpandedModule, global_labels) -> None:
+    """A module's labels: the deployment's, its role (the source's folder), then its own."""
+    if not isinstance(global_labels, dict):
+        return
+    own = em.settings.get("labels", {})
+    if not isinstance(own, dict):
+        return
+    role = os.path.basename(os.path.dirname(em.module.source.rstrip("/"))) or "other"
+    em.settings["labels"] = {**global_labels, "ghpc_role": role if role not in ("..", ".") else "other", **own}
 
 
 def _wire_use(bp: Blueprint, em: ExpandedModule, c: Collector) -> None:

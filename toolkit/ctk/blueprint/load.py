@@ -189,6 +189,8 @@ class _Converter:
         tag = node.tag
         if node.style:  # quoted or block: always a string
             return node.value
+        if tag == "tag:yaml.org,2002:str" and re.fullmatch(r"0o[0-7]+", node.value):
+            return int(node.value[2:], 8)  # YAML 1.2 octal
         if tag == "tag:yaml.org,2002:bool" and node.value.lower() not in _BOOL_WORDS:
             return node.value
         if tag == "tag:yaml.org,2002:timestamp":

@@ -125,6 +125,7 @@ def _validators(exp: Expanded, c: Collector) -> None:
             for i, uid in enumerate(em.module.use):
                 target = exp.module(uid)
                 if (target and target.schema and em.schema and target.schema.outputs
+                        and not em.schema.open_inputs
                         and not any(uid in ids for ids in em.wired.values())):
                     found.append(BlueprintError(
                         f"module '{em.id}' uses '{uid}' but takes none of its outputs",

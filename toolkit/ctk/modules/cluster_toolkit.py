@@ -15,6 +15,8 @@ blueprint must set it".
 
 from __future__ import annotations
 
+import dataclasses
+
 from .schema import Input, ModuleKind, Output
 
 # Deployment variables CT passes to any module input of the same name.
@@ -104,7 +106,7 @@ NODESET = ModuleKind(
         _in("node_count_static", "number", 0, "Nodes that always exist."),
         _in("node_count_dynamic_max", "number", 10, "Most nodes created on demand (power saving)."),
         _dep("instance_template", "string", "Instance templates cannot be given for compute nodes."),
-        *[i for i in _vm_common("pd-standard", "TERMINATE", "c2-standard-60")],
+        *_vm_common("pd-standard", "TERMINATE", "c2-standard-60"),
         _in("accelerator_topology", "string", None, "Shape of the GPU/TPU slice for placement, e.g. '1x72'."),
         _in("enable_spot_vm", "bool", False, "Use Spot VMs."),
         _in("spot_instance_config", "object", None, "Spot VM settings: {termination_action}."),
@@ -247,8 +249,8 @@ PARTITION = ModuleKind(
     ),
 )
 
-_controller_vm = [i for i in _vm_common("pd-ssd", "MIGRATE", "c2-standard-4")
-                  if i.name not in ("subnetwork_self_link",)]
+# The controller declares subnetwork_self_link with its instance settings below.
+_controller_vm = [i for i in _vm_common("pd-ssd", "MIGRATE", "c2-standard-4") if i.name != "subnetwork_self_link"]
 
 CONTROLLER = ModuleKind(
     source="community/modules/scheduler/schedmd-slurm-gcp-v6-controller",
@@ -331,8 +333,6 @@ CONTROLLER = ModuleKind(
     ),
 )
 
-_login_vm = [i for i in _vm_common("pd-ssd", "MIGRATE", "c2-standard-4")]
-
 LOGIN = ModuleKind(
     source="community/modules/scheduler/schedmd-slurm-gcp-v6-login",
     role="login",
@@ -343,7 +343,7 @@ LOGIN = ModuleKind(
         _in("zone", "string", None, "Zone of the login nodes (null: any in the region)."),
         _req("name_prefix", "string", "Login group name, unique in the cluster; CT fills it from the module id."),
         _in("num_instances", "number", 1, "Login nodes in the group (ignored when static_ips is set)."),
-        *_login_vm,
+        *_vm_common("pd-ssd", "MIGRATE", "c2-standard-4"),
         _dep("disable_smt", "bool", "Use advanced_machine_features.threads_per_core."),
         _in("additional_networks", "list(object)", [], "Extra NICs."),
         _in("static_ips", "list(string)", [], "Static internal IPs, one per login node."),
@@ -504,3 +504,6 @@ INJECT_MODULE_ID: dict[str, str] = {
     NODESET_DYNAMIC.source: "name",
     LOGIN.source: "name_prefix",
 }
+
+for _source, _input in INJECT_MODULE_ID.items():
+    KINDS[_source] = dataclasses.replace(KINDS[_source], inject_module_id=_input, _by_name={})

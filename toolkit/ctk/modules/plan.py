@@ -117,6 +117,9 @@ def plan(exp: Expanded, c: Collector) -> Deployment:
             dep.controller = Controller(em.id, _str(em.get("machine_type"), "c2-standard-4"),
                                         f"{cluster}-controller", _image_of(em, images),
                                         _dict(em.get("slurm_conf")))
+    for img in dep.images:  # a Cluster Toolkit image built for GPU nodes gets the CUDA stack
+        if img.source != "ctk/image" and any(ns.image == img.name and ns.gpu_count for ns in dep.nodesets):
+            img.stack = "jax-cuda12"
     if dep.controller is None and (dep.partitions or dep.nodesets):
         dep.controller = Controller("", hostname=f"{cluster}-controller")
 
@@ -177,7 +180,7 @@ def _image_of(em: ExpandedModule, images: dict[str, str]) -> str | None:
 
 
 def _nodeset(em: ExpandedModule, cluster: str, c: Collector, doc, images=None) -> Nodeset | None:
-    name = _str(em.get("name")) or _node_name(em.id)
+    name = _node_name(_str(em.get("name")) or em.id)
     path = em.module.path
     static = _int(em.get("node_count_static"))
     dynamic = _int(em.get("node_count_dynamic_max"))

@@ -1,0 +1,174 @@
+"""Expressions, vars precedence and `use` wiring, through the public `process` entry point."""
+
+import pytest
+
+from ctk.blueprint import BlueprintErrors, process
+from ctk.blueprint.expression import Deferred, Interp, Literal, Ref, parse_string
+
+HEAD = """\
+blueprint_name: demo
+vars:
+  deployment_name: demo
+  project_id: p
+  zone: us-central1-a
+  region: us-central1
+  base:
+    family: fam
+    sizes: [10, 20, 30]
+  name_of: $(vars.base.family)-$(vars.zone)
+  tags: $(flatten([["a"], ["b", "c"]]))
+  merged: $(merge(vars.base, {family = "other"}))
+  json: $(jsonencode({a = 1}))
+deployment_groups:
+- group: primary
+  modules:
+"""
+
+
+def bp(modules: str) -> str:
+    return HEAD + modules
+
+
+def test_parse_forms():
+    assert parse_string("plain") == "plain"
+    assert isinstance(parse_string("$(vars.x)"), Ref)
+    assert isinstance(parse_string("a-$(vars.x)"), Interp)
+    assert parse_string(r"echo \$(date)") == "echo $(date)"
+    assert parse_string("((var.labels))") == Literal("var.labels")
+
+
+def test_vars_expressions_functions_and_indexing(write):
+    exp = process(write(bp("""\
+  - id: ns
+    source: ctk/slurm/nodeset
+    settings:
+      features: ["$(vars.base.sizes[1])", "$(vars.name_of)"]
+""")))
+    v = exp.vars
+    assert v["name_of"] == "fam-us-central1-a"
+    assert v["tags"] == ["a", "b", "c"]
+    assert v["merged"] == {"family": "other", "sizes": [10, 20, 30]}
+    assert v["json"] == '{"a":1}'
+    assert exp.module("ns").settings["features"] == [20, "fam-us-central1-a"]  # a whole $(...) keeps its type
+
+
+def test_precedence_cli_over_deployment_file_over_blueprint(write):
+    path = write(bp("""\
+  - id: ns
+    source: ctk/slurm/nodeset
+"""))
+    dfile = write("vars:\n  zone: from-file\n  region:\n", "dep.yaml")
+    exp = process(path, [], dfile)
+    assert exp.vars["zone"] == "from-file"
+    assert exp.vars["region"] is None  # null in a deployment file is allowed
+    exp = process(path, ["zone=from-cli,extra=[1,2]", "region=r2"], dfile)
+    assert exp.vars["zone"] == "from-cli" and exp.vars["extra"] == [1, 2] and exp.vars["region"] == "r2"
+
+
+def test_use_fills_inputs_and_lists_collect(write):
+    exp = process(write(bp("""\
+  - id: a
+    source: ctk/slurm/nodeset
+  - id: b
+    source: ctk/slurm/nodeset
+  - id: p
+    source: ctk/slurm/partition
+    use: [a, b]
+    settings:
+      partition_name: p
+  - id: login
+    source: ctk/slurm/login
+  - id: ctl
+    source: ctk/slurm/controller
+    use: [p, login]
+""")))
+    p = exp.module("p")
+    assert p.settings["nodeset"] == [Deferred("$(a.nodeset)"), Deferred("$(b.nodeset)")]
+    assert p.wired == {"nodeset": ["a", "b"]}
+    dep = exp.deployment
+    assert dep.partitions[0].nodesets == ["a", "b"]
+    assert [lg.module_id for lg in dep.logins] == ["login"]
+
+
+def test_explicit_setting_beats_use_and_global_var_beats_default(write):
+    exp = process(write(bp("""\
+  - id: img
+    source: ctk/image
+    settings: {name: lab}
+  - id: img2
+    source: ctk/image
+    settings: {name: other}
+  - id: ns
+    source: ctk/slurm/nodeset
+    use: [img, img2]
+  - id: ns2
+    source: ctk/slurm/nodeset
+    use: [img]
+    settings: {image: mine}
+""")))
+    assert exp.module("ns").settings["image"] == Deferred("$(img.image)")  # first in use order wins
+    assert exp.module("ns2").settings["image"] == "mine"
+    assert exp.deployment.nodesets[0].image == "lab"
+    assert exp.deployment.nodesets[1].image == "mine"
+
+
+def test_module_output_reference_kept_deferred(write):
+    exp = process(write(bp("""\
+  - id: ns
+    source: ctk/slurm/nodeset
+  - id: p
+    source: ctk/slurm/partition
+    settings:
+      partition_name: x
+      nodeset: ["$(ns.nodeset)"]
+""")))
+    p = exp.module("p")
+    assert p.settings["nodeset"] == [Deferred("$(ns.nodeset)")]
+    assert exp.deployment.partitions[0].nodesets == ["ns"]
+
+
+def test_errors_are_collected_all_at_once(write):
+    with pytest.raises(BlueprintErrors) as e:
+        process(write(bp("""\
+  - id: ns
+    source: ctk/slurm/nodeset
+    settings:
+      machine_type: $(vars.zonee)
+      node_count_static: $(nss.nodeset)
+      features: [$(ns.nodeset)]
+""")))
+    msgs = [(x.pos.line, x.message, x.hint) for x in e.value.errors]
+    assert (20, "unknown variable 'vars.zonee'", "did you mean 'zone'?") in msgs
+    assert any(m[0] == 21 and "unknown module 'nss'" in m[1] and "'ns'" in m[2] for m in msgs)
+    assert any(m[0] == 22 and "refers to its own output" in m[1] for m in msgs)
+
+
+def test_var_cycle_is_found(write):
+    with pytest.raises(BlueprintErrors) as e:
+        process(write("blueprint_name: x\nvars:\n  deployment_name: d\n  a: $(vars.b)\n  b: x-$(vars.a)\n"
+                      "deployment_groups:\n- group: g\n  modules:\n  - id: n\n    source: ctk/slurm/nodeset\n"))
+    assert any("cycle in vars" in x.message for x in e.value.errors)
+
+
+def test_later_group_reference_is_refused(write):
+    with pytest.raises(BlueprintErrors) as e:
+        process(write("blueprint_name: x\nvars:\n  deployment_name: d\ndeployment_groups:\n"
+                      "- group: one\n  modules:\n  - id: p\n    source: ctk/slurm/partition\n"
+                      "    settings:\n      partition_name: p\n      nodeset: [$(ns.nodeset)]\n"
+                      "- group: two\n  modules:\n  - id: ns\n    source: ctk/slurm/nodeset\n"))
+    assert any("later group" in x.message and x.pos.line == 11 for x in e.value.errors)
+
+
+def test_escape_survives_expansion(write):
+    exp = process(write(bp("""\
+  - id: s
+    source: modules/scripts/startup-script
+    settings:
+      runners:
+      - type: shell
+        destination: x.sh
+        content: |
+          for i in \\$(seq 3); do echo $(vars.zone); done
+""")))
+    content = exp.module("s").settings["runners"][0]["content"]
+    assert content == "for i in $(seq 3); do echo us-central1-a; done\n"
