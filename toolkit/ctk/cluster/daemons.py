@@ -1,4 +1,4 @@
-"""Start and stop munged and slurmctld as child processes, and wait for them to answer.
+"""Start and stop munged, slurmctld and slurmd as child processes, and wait for them to answer.
 
 Used by the integration tests and by the local target.  Every daemon runs in the
 foreground as a direct child (no shell, no double fork), so stopping it is a signal to a
@@ -24,6 +24,7 @@ __all__ = [
     "free_tcp_port",
     "start_munged",
     "start_slurmctld",
+    "start_slurmd",
     "wait_for",
 ]
 
@@ -188,7 +189,9 @@ def start_munged(
     d.mkdir(parents=True, exist_ok=True)
     sock = d / "munge.sock"
     if len(str(sock)) > _MAX_SOCKET_PATH:
-        raise DaemonError(f"munge socket path is too long for a Unix socket ({len(str(sock))} bytes): {sock}")
+        raise DaemonError(
+            f"munge socket path is too long for a Unix socket ({len(str(sock))} bytes): {sock}"
+        )
     if key_file is None:
         key = d / "munge.key"
         if not key.exists():
@@ -242,8 +245,9 @@ def start_slurmctld(
 
     ``env`` is added to the environment of slurmctld and of the readiness check;
     SLURM_CONF is set to ``conf_path`` in both (and in ``Proc.env``, for the caller's
-    scontrol/sinfo/sbatch).  ``clean`` discards saved state from an earlier run (-c).  Its stdout/stderr go to ``slurmctld.out`` next to the
-    configured SlurmctldLogFile (or next to the config).
+    scontrol/sinfo/sbatch).  ``clean`` discards saved state from an earlier run (-c).
+    Its stdout/stderr go to ``slurmctld.out`` next to the configured SlurmctldLogFile
+    (or next to the config).
     """
     conf = Path(conf_path).resolve()
     if not conf.is_file():
@@ -271,4 +275,56 @@ def start_slurmctld(
     except DaemonError as e:
         proc.stop()
         raise DaemonError(f"slurmctld did not start with {conf}:\n{e}") from None
+    return proc
+
+
+def _node_path(conf: Path, key: str, node: str) -> Path | None:
+    value = _conf_value(conf, key)
+    if not value:
+        return None
+    return Path(value.replace("%n", node).replace("%h", node))
+
+
+def start_slurmd(
+    conf_path: str | os.PathLike,
+    node_name: str,
+    env: Mapping[str, str] | None = None,
+    *,
+    timeout: float = 30.0,
+    extra_args: Sequence[str] = (),
+) -> Proc:
+    """Start ``slurmd -D -N <node_name>`` on ``conf_path`` and wait until it registers.
+
+    Registered means slurmctld reports the node IDLE, MIXED or ALLOCATED, so slurmctld
+    must already be running.  Creates the node's SlurmdSpoolDir (``%n`` expanded) and the
+    directory of its log file.  Its stdout/stderr go to ``slurmd-<node>.out`` next to
+    the log file (or next to the config).
+    """
+    conf = Path(conf_path).resolve()
+    if not conf.is_file():
+        raise DaemonError(f"slurm.conf not found: {conf}")
+    full_env = {**(env or {}), "SLURM_CONF": str(conf)}
+    spool = _node_path(conf, "SlurmdSpoolDir", node_name)
+    if spool is not None:
+        spool.mkdir(parents=True, exist_ok=True)
+    log = _node_path(conf, "SlurmdLogFile", node_name)
+    out_dir = log.parent if log is not None else conf.parent
+    out_dir.mkdir(parents=True, exist_ok=True)
+    out = out_dir / f"slurmd-{node_name}.out"
+    argv = [_which("slurmd"), "-D", "-N", node_name, "-f", str(conf), *extra_args]
+    logs = [p for p in (log, out) if p is not None]
+    proc = Proc(f"slurmd {node_name}", _spawn("slurmd", argv, out, full_env), logs=logs, env=full_env)
+
+    def registered(r: subprocess.CompletedProcess) -> bool:
+        for word in r.stdout.split():
+            if word.startswith("State="):
+                state = word[len("State=") :].split("+")[0]
+                return state in ("IDLE", "MIXED", "ALLOCATED")
+        return False
+
+    try:
+        wait_for([_which("scontrol"), "show", "node", node_name], timeout, env=full_env, ok=registered, proc=proc)
+    except DaemonError as e:
+        proc.stop()
+        raise DaemonError(f"slurmd for {node_name} did not register with {conf}:\n{e}") from None
     return proc

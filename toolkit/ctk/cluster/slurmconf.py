@@ -50,6 +50,12 @@ class NodeLayout:
     listens on.  A node missing from ``node_addr`` gets ``controller_addr``; one missing
     from ``node_port`` uses ``slurmd_port``.  Several slurmd on one host therefore need
     either distinct ports or distinct loopback addresses (127.0.0.2, 127.0.0.3, ...).
+    Each slurmd is started as ``slurmd -N <NodeName>``.
+
+    The emulated nodes are usually bigger than the host (an a3-megagpu-8g has 208 CPUs
+    and 1.8 TiB), so the local slurm.conf sets SlurmdParameters=config_overrides: slurmd
+    reports the configured CPUs/memory instead of the host's, and the node is not
+    marked INVAL.
     """
 
     controller_addr: str
@@ -67,6 +73,12 @@ class NodeLayout:
     slurmd_port: int | None = None  # SlurmdPort; None: controller_port + 1
     munge_socket: str | None = None  # AuthInfo=socket=...; None: munge's default socket
     node_hostname: dict[str, str] = field(default_factory=dict)  # default: the NodeName
+    # Directory holding nvidia0, nvidia1, ... (the local target makes them symlinks to
+    # /dev/null).  slurmd 22.05 drops GPUs that have no File= ("Removing file-less GPU"),
+    # and then slurmctld marks the node INVAL; with these files the emulated GPUs
+    # register and jobs get CUDA_VISIBLE_DEVICES.  None: gres.conf gives Count= only,
+    # which slurmctld accepts but a real slurmd does not honour.
+    gpu_dev_dir: str | None = None
 
 
 # --------------------------------------------------------------------------- helpers
@@ -184,7 +196,10 @@ def _topology(ns: Nodeset) -> tuple[int, Params]:
     """
     conf = ns.node_conf
     cpus_override = _get(conf, "CPUs")
-    cpus = int(cpus_override) if cpus_override is not None else ns.cpus
+    try:
+        cpus = int(cpus_override) if cpus_override is not None else int(ns.cpus)
+    except (TypeError, ValueError):
+        raise ValueError(f"nodeset {ns.name!r}: CPUs={cpus_override!r} is not a whole number") from None
     given = {k: _get(conf, k) for k in _TOPOLOGY_KEYS}
     if all(v is None for v in given.values()):
         return cpus, []
@@ -292,6 +307,7 @@ def _base_params(dep: Deployment, layout: NodeLayout | None, has_gpus: bool) -> 
         # No cgroups: the local target also runs in containers where slurmd cannot
         # create cgroups, and several slurmd on one host would fight over them.
         proctrack, task = "proctrack/linuxproc", "task/none"
+    slurmd_params = [] if layout is None else [("SlurmdParameters", "config_overrides")]
 
     identity: Params = [
         ("ClusterName", dep.slurm_cluster_name),
@@ -320,6 +336,7 @@ def _base_params(dep: Deployment, layout: NodeLayout | None, has_gpus: bool) -> 
         ("JobAcctGatherType", "jobacct_gather/none"),
         ("AccountingStorageType", "accounting_storage/none"),
         ("JobCompType", "jobcomp/none"),
+        *slurmd_params,
     ]
 
     timeouts: Params = [
@@ -373,9 +390,13 @@ def _node_lines(live: list[Nodeset], layout: NodeLayout | None) -> list[str]:
 
 def _partition_lines(dep: Deployment) -> list[str]:
     lines: list[str] = []
+    seen: set[str] = set()
     for p in dep.partitions:
         if not _NAME_RE.match(p.name or ""):
             raise ValueError(f"partition name {p.name!r} is not a valid Slurm partition name")
+        if p.name in seen:
+            raise ValueError(f"partition {p.name!r} is defined twice")
+        seen.add(p.name)
         nodes = partition_nodes(dep, p)
         if p.oversubscribe is not None:
             oversub = str(p.oversubscribe)
@@ -432,8 +453,8 @@ def render_slurm_conf(dep: Deployment, *, layout: NodeLayout | None = None) -> s
 # ------------------------------------------------------------------------- gres.conf
 
 
-def _gpu_files(count: int) -> str:
-    return "/dev/nvidia0" if count == 1 else f"/dev/nvidia[0-{count - 1}]"
+def _gpu_files(directory: str, count: int) -> str:
+    return f"{directory}/nvidia0" if count == 1 else f"{directory}/nvidia[0-{count - 1}]"
 
 
 def render_gres_conf(dep: Deployment, *, layout: NodeLayout | None = None) -> str:
@@ -441,8 +462,8 @@ def render_gres_conf(dep: Deployment, *, layout: NodeLayout | None = None) -> st
 
     Production lists the device files explicitly (File=/dev/nvidia[0-N]) rather than
     relying on AutoDetect=nvml: Debian's Slurm packages ship no gpu_nvml plugin, and
-    explicit files work with any build (a build with NVML still checks them).  With a
-    layout the GPUs are emulated, so only Count= is given: there are no device files.
+    explicit files work with any build.  With a layout the GPUs are emulated: File=
+    points into ``layout.gpu_dev_dir`` when set (see NodeLayout), else Count= only.
     """
     lines = [_header(dep)]
     gpu_sets = [ns for ns in _live_nodesets(dep) if ns.gpu_count > 0]
@@ -450,15 +471,19 @@ def render_gres_conf(dep: Deployment, *, layout: NodeLayout | None = None) -> st
         lines.append("# No GPU nodesets.")
         return "\n".join(lines) + "\n"
     if layout is None:
-        lines.append("# Device files listed explicitly; see ctk.cluster.slurmconf.render_gres_conf.")
+        lines.append("# Device files listed explicitly (no AutoDetect: Debian's Slurm has no NVML plugin).")
+    elif layout.gpu_dev_dir:
+        lines.append(f"# Local cluster: emulated GPUs, device files in {layout.gpu_dev_dir} link to /dev/null.")
     else:
-        lines.append("# Local cluster: GPUs are emulated, so counts only and no device files.")
+        lines.append("# Local cluster: emulated GPUs, counts only (slurmd ignores GPUs without File=).")
     for ns in gpu_sets:
         params: Params = [("NodeName", compress(ns.node_names())), ("Name", "gpu")]
         if ns.gpu_type:
             params.append(("Type", ns.gpu_type))
         if layout is None:
-            params.append(("File", _gpu_files(ns.gpu_count)))
+            params.append(("File", _gpu_files("/dev", ns.gpu_count)))
+        elif layout.gpu_dev_dir:
+            params.append(("File", _gpu_files(layout.gpu_dev_dir.rstrip("/"), ns.gpu_count)))
         else:
             params.append(("Count", str(ns.gpu_count)))
         lines.append(_line(params))
