@@ -1,0 +1,61 @@
+"""From blueprint to a running slurmctld: the whole pipeline (load, expand, plan, render) on
+real blueprints, scaled down, and the real Debian slurmctld accepts the result."""
+
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import FIXTURES, ROOT
+from ctk.blueprint import process
+from ctk.cluster.daemons import free_tcp_port, start_munged, start_slurmctld
+from ctk.cluster.slurmconf import NodeLayout, render_cgroup_conf, render_gres_conf, render_slurm_conf
+
+pytestmark = pytest.mark.integration
+if not shutil.which("slurmctld", path="/usr/sbin:/usr/bin:/sbin"):
+    pytest.skip("slurmctld is not installed", allow_module_level=True)
+
+A3 = f"{FIXTURES}/examples/machine-learning/a3-megagpu-8g"
+CASES = {
+    "lab": (f"{ROOT}/blueprints/lab.yaml", [], None,
+            {"debug*": ("2", "(null)"), "gpu": ("2", "gpu:h100:8")}),
+    "hpc-slurm": (f"{FIXTURES}/examples/hpc-slurm.yaml",
+                  ["project_id=p,deployment_name=demo"], None,
+                  {"debug*": ("4", "(null)"), "compute": ("20", "(null)"), "h3": ("20", "(null)")}),
+    "a3mega": (f"{A3}/a3mega-slurm-blueprint.yaml",
+               ["project_id=p,deployment_name=demo,disk_size_gb=100,a3mega_cluster_size=4"],
+               f"{A3}/a3mega-slurm-deployment.yaml",
+               {"a3mega*": ("4", "gpu:h100:8"), "debug": ("4", "(null)")}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_slurmctld_accepts_rendered_blueprint(case, tmp_path):
+    bp, cli_vars, dfile, want = CASES[case]
+    dep = process(bp, cli_vars, dfile).deployment
+    names = [n for ns in dep.nodesets for n in ns.node_names()]
+    for d in ("state", "spool", "log", "run"):
+        (tmp_path / d).mkdir()
+    layout = NodeLayout(controller_addr="127.0.0.1", controller_port=free_tcp_port(),
+                        node_addr={n: "127.0.0.1" for n in names},
+                        node_port={n: free_tcp_port() for n in names},
+                        state_dir=str(tmp_path / "state"), spool_dir=str(tmp_path / "spool"),
+                        log_dir=str(tmp_path / "log"), pid_dir=str(tmp_path / "run"), slurm_user="root",
+                        slurmd_port=free_tcp_port(), munge_socket=str(tmp_path / "munge" / "munge.sock"))
+    conf = tmp_path / "slurm.conf"
+    conf.write_text(render_slurm_conf(dep, layout=layout))
+    (tmp_path / "gres.conf").write_text(render_gres_conf(dep, layout=layout))
+    (tmp_path / "cgroup.conf").write_text(render_cgroup_conf(dep, layout=layout))
+    munged = start_munged(tmp_path / "munge", force=True)
+    try:
+        ctld = start_slurmctld(conf, clean=True)
+        try:
+            out = subprocess.run(["sinfo", "-h", "-o", "%P|%D|%G"], env={**os.environ, **ctld.env},
+                                 capture_output=True, text=True, timeout=30, check=True).stdout
+            got = {row.split("|")[0]: tuple(row.split("|")[1:]) for row in out.splitlines()}
+            assert got == want
+        finally:
+            ctld.stop()
+    finally:
+        munged.stop()
