@@ -47,7 +47,7 @@ def test_yaml_12_booleans_only():
     ("a:\n\tb: 1\n", 2, 1, "tab character"),
     ("", 1, 1, "empty"),
     ("# only a comment\n", 1, 1, "empty"),
-    ("a: [1, 2\n", 2, 1, "YAML syntax"),
+    ("a: [1, 2\n", 1, 4, "unclosed '['"),
     ("a: 1\n---\nb: 2\n", 3, 1, "more than one YAML document"),
     ("a: &x [*x]\n", 1, 4, ""),
 ])

@@ -13,7 +13,8 @@ from .vars import load_deployment_file, parse_cli_vars
 def process(path: str, cli_vars: list[str] | tuple = (), deployment_file: str | None = None) -> Expanded:
     """Load, expand and validate a blueprint; raise BlueprintErrors listing every problem."""
     c = Collector()
-    doc = load_file(path)
+    doc = load_file(path, strict=False)
+    c.errors.extend(doc.errors)
     sources = {doc.file: doc.text}
     cli = parse_cli_vars(list(cli_vars))
     for _, _, src in cli:

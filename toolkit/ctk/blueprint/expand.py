@@ -170,6 +170,10 @@ class _Evaluator(Env):
                                 did_you_mean(node.name, self.var_sources) or
                                 f"define it under vars, or pass --vars {node.name}=VALUE")
             self.used_vars.add(node.name)
+            if node.name in self.stack:
+                loop = self.stack[self.stack.index(node.name):] + [node.name]
+                raise ExprError("cycle in vars: " + " -> ".join(f"vars.{n}" for n in loop), node.offset,
+                                "a variable cannot depend on itself")
             val = self.var_value(node.name)
             if val is INVALID:
                 return INVALID

@@ -251,7 +251,8 @@ class _Parser:
             return self.postfix(Call(start, name, args))
         if self.i >= self.end or self.s[self.i] != ".":
             self.fail(f"'{name}' is not a reference: expected '{name}.<name>'", start,
-                      "references look like vars.NAME or MODULE_ID.OUTPUT")
+                      f"for a variable write $(vars.{name}); for a shell command substitution, "
+                      f"escape it as \\$({name}...) so the blueprint leaves it alone")
         self.i += 1
         m2 = _IDENT.match(self.s, self.i, self.end)
         if not m2:

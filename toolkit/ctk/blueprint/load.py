@@ -36,6 +36,7 @@ class Document:
     positions: dict = field(default_factory=dict)  # path -> Pos of the value
     key_positions: dict = field(default_factory=dict)  # path -> Pos of the mapping key
     styles: dict = field(default_factory=dict)  # path -> scalar style ('', '"', "'", '|', '>')
+    errors: list = field(default_factory=list)  # recoverable problems found while loading
 
     def pos(self, path: Path) -> Pos | None:
         """Position of the value at path, or of its closest ancestor that has one."""
@@ -99,10 +100,10 @@ def decode(file: str, data: bytes) -> str:
         line = good.count("\n") + 1
         col = len(good) - (good.rfind("\n") + 1) + 1
         raise _err(file, f"invalid UTF-8 byte 0x{data[e.start]:02x}", line, col,
-                   "save the file as UTF-8") from None
+                   "save the file as UTF-8", data.decode("utf-8", errors="replace")) from None
 
 
-def load_file(path: str, display: str | None = None) -> Document:
+def load_file(path: str, display: str | None = None, strict: bool = True) -> Document:
     """Read and load a YAML file; errors name the file as `display` (default: path)."""
     name = display or path
     try:
@@ -116,10 +117,12 @@ def load_file(path: str, display: str | None = None) -> Document:
         raise BlueprintErrors([BlueprintError(f"permission denied reading {path}")]) from None
     if len(data) > MAX_BYTES:
         raise _err(name, f"file is larger than {MAX_BYTES // (1024 * 1024)} MiB", 1, 1)
-    return load_text(name, decode(name, data))
+    return load_text(name, decode(name, data), strict)
 
 
-def load_text(file: str, text: str) -> Document:
+def load_text(file: str, text: str, strict: bool = True) -> Document:
+    """Load YAML text. Recoverable problems (duplicate keys) are kept in `errors`; with
+    `strict` they are raised at once, otherwise the caller reports them with its own."""
     if text.startswith("\ufeff"):
         text = text[1:]
     if not re.search(r"^[ \t]*[^\s#]", text.replace("---", "", 1), re.M):
@@ -134,7 +137,12 @@ def load_text(file: str, text: str) -> Document:
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         msg = (e.problem or "invalid YAML").strip()
-        if e.context:
+        if e.context and "flow" in e.context and e.context_mark is not None:
+            # An unclosed [ or {: the opening bracket is where the fix goes.
+            mark = e.context_mark
+            kind = "[" if "sequence" in e.context else "{"
+            msg = f"unclosed '{kind}' ({msg})"
+        elif e.context:
             msg = f"{e.context}: {msg}" if "found" in msg else msg
         hint = "YAML indentation must use spaces" if "\\t" in msg or "\t" in msg else ""
         raise _err(file, f"YAML syntax: {msg}", mark.line + 1, mark.column + 1, hint, text) from None
@@ -150,6 +158,8 @@ def load_text(file: str, text: str) -> Document:
     doc = Document(file, text, None)
     conv = _Converter(doc)
     doc.value = conv.convert(nodes[0], ())
+    if doc.errors and strict:
+        raise BlueprintErrors(doc.errors, {file: text})
     return doc
 
 
@@ -157,6 +167,7 @@ class _Converter:
     def __init__(self, doc: Document):
         self.doc = doc
         self.count = 0
+        self.open: set[int] = set()  # collections being converted: an alias to one is recursive
         self.scalars = SafeConstructor()
 
     def pos(self, node) -> Pos:
@@ -175,14 +186,21 @@ class _Converter:
         if depth > MAX_DEPTH:
             self.fail(node, f"nesting deeper than {MAX_DEPTH} levels",
                       "a recursive alias (*name inside its own anchor) cannot be expanded")
+        if id(node) in self.open:
+            self.fail(node, "recursive alias: a value that contains itself",
+                      "an alias (*name) cannot refer to the anchor it is inside")
         self.doc.positions[path] = self.pos(node)
         if isinstance(node, ScalarNode):
             self.doc.styles[path] = node.style or ""
             return self.scalar(node)
-        if isinstance(node, SequenceNode):
-            return [self.convert(item, path + (i,), depth + 1) for i, item in enumerate(node.value)]
-        if isinstance(node, MappingNode):
-            return self.mapping(node, path, depth)
+        self.open.add(id(node))
+        try:
+            if isinstance(node, SequenceNode):
+                return [self.convert(item, path + (i,), depth + 1) for i, item in enumerate(node.value)]
+            if isinstance(node, MappingNode):
+                return self.mapping(node, path, depth)
+        finally:
+            self.open.discard(id(node))
         self.fail(node, "unsupported YAML node")
 
     def scalar(self, node: ScalarNode):
@@ -216,7 +234,8 @@ class _Converter:
                 subs = vnode.value if isinstance(vnode, SequenceNode) else [vnode]
                 for sub in subs:
                     if not isinstance(sub, MappingNode):
-                        self.fail(sub, "a merge key (<<) must refer to a mapping")
+                        self.fail(knode, "a merge key (<<) must refer to a mapping",
+                                  "use '<<: *anchor' where the anchor names a mapping")
                     merged.extend(sub.value)
         own = [(k, v) for k, v in pairs if k.tag != "tag:yaml.org,2002:merge"]
         own_keys = {k.value for k, _ in own if isinstance(k, ScalarNode)}
@@ -226,8 +245,10 @@ class _Converter:
             key = knode.value
             if key in seen:
                 first = seen[key]
-                self.fail(knode, f"duplicate key '{key}' (first defined at line {first.line})",
-                          "each key may appear once in a mapping; remove or rename one")
+                self.doc.errors.append(BlueprintError(
+                    f"duplicate key '{key}' (first defined at line {first.line})", self.pos(knode),
+                    "each key may appear once in a mapping; remove or rename one"))
+                continue
             seen[key] = self.pos(knode)
             self.doc.key_positions[path + (key,)] = self.pos(knode)
             out[key] = self.convert(vnode, path + (key,), depth + 1)

@@ -183,6 +183,11 @@ def check_structure(doc: Document, c: Collector) -> Blueprint | None:
             mp = gp + ("modules", mi)
             mod = _check_module(doc, c, m, mp, gname, gi, seen_ids)
             if mod:
+                first = group.modules[0] if group.modules else None
+                if first is not None and first.kind != mod.kind and "kind" in m:
+                    c.add(f"group '{gname}' mixes {first.kind} and {mod.kind} modules",
+                          doc.pos(mp + ("kind",)),
+                          f"put '{mod.id}' in a deployment group of its own kind")
                 group.modules.append(mod)
 
     extra = {k: v[k] for k in v if k in TOP_LEVEL_KEYS and k not in

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import os
 
-from ..modules import is_remote
+import difflib
+
+from ..modules import ALL_KINDS, is_remote
 from .errors import BlueprintError, Collector, did_you_mean
 from .expand import INVALID, Expanded
 from .expression import Deferred, is_deferred
@@ -48,10 +50,11 @@ def validate(exp: Expanded, c: Collector) -> None:
     # deployment_name: required, a label value.
     src = exp.var_sources.get("deployment_name")
     dn = exp.vars.get("deployment_name")
-    if src is None:
+    vars_ok = isinstance(doc.value.get("vars", {}), (dict, type(None))) if isinstance(doc.value, dict) else False
+    if src is None and vars_ok:
         c.add("deployment_name is not set", doc.pos(("vars",)) if "vars" in doc.value else doc.pos(()),
               "add it under vars, or pass --vars deployment_name=NAME")
-    elif dn is not INVALID and (not isinstance(dn, str) or not NAME_RE.match(dn)):
+    elif src is not None and dn is not INVALID and (not isinstance(dn, str) or not NAME_RE.match(dn)):
         c.add("deployment_name is empty" if dn in (None, "") else f"invalid deployment_name {dn!r}",
               src.doc.pos(src.path),
               "pass --vars deployment_name=NAME" if dn in (None, "") else
@@ -70,6 +73,7 @@ def validate(exp: Expanded, c: Collector) -> None:
                       f"looked for {local}")
         schema = em.schema
         if schema is None:
+            _check_embedded_source(doc, mod, c)
             continue
         if schema.kind != mod.kind:
             c.add(f"module '{mod.id}' ({mod.source}) is a {schema.kind} module, not {mod.kind}",
@@ -100,6 +104,17 @@ def validate(exp: Expanded, c: Collector) -> None:
                           did_you_mean(name, schema.output_names))
 
     _validators(exp, c)
+
+
+def _check_embedded_source(doc, mod, c: Collector) -> None:
+    """Cluster Toolkit fails on an embedded source that does not exist. ctk does not carry
+    every embedded module, so it only flags a source that is a near miss of one it knows."""
+    if not mod.source.startswith(("modules/", "community/modules/")):
+        return
+    close = difflib.get_close_matches(mod.source, list(ALL_KINDS), n=1, cutoff=0.9)
+    if close and close[0] != mod.source:
+        c.add(f"unknown module source '{mod.source}'", doc.pos(mod.path + ("source",)),
+              f"did you mean '{close[0]}'?")
 
 
 def _validators(exp: Expanded, c: Collector) -> None:

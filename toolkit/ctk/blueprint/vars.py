@@ -85,7 +85,8 @@ def parse_cli_vars(args: list[str]) -> list[tuple[str, object, VarSource]]:
 
 def load_deployment_file(path: str, c: Collector) -> tuple[Document, dict]:
     """Load `-d deployment.yaml`: its vars (nulls allowed) and backend defaults."""
-    doc = load_file(path)
+    doc = load_file(path, strict=False)
+    c.errors.extend(doc.errors)
     v = doc.value
     if not isinstance(v, dict):
         c.add("a deployment file must be a mapping with 'vars'", doc.pos(()))

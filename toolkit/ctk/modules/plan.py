@@ -13,6 +13,8 @@ from ..model import (Controller, Deployment, ImageSpec, Login, Nodeset, Partitio
 from . import is_remote
 from .machines import accelerator_gpu, lookup_machine, lookup_tpu
 
+_CT_PARTITION_RE = re.compile(r"^[a-z][a-z0-9]*$")
+
 # TPU VM host shapes (vCPUs, GB) per generation, as Cloud TPU publishes them.
 TPU_HOSTS = {"v2": (96, 335), "v3": (96, 335), "v4": (240, 407), "v5p": (208, 448),
              "v5e": (224, 384), "v6e": (180, 1440)}
@@ -130,10 +132,15 @@ def plan(exp: Expanded, c: Collector) -> Deployment:
               doc.pos(em.module.path + ("settings", "is_default")), "set is_default on one partition only")
     seen_p: dict[str, str] = {}
     for p in dep.partitions:
+        em = exp.module(p.module_id)
+        where = em.module.path + (("settings", "partition_name") if "partition_name" in em.explicit else ("id",))
         if p.name in seen_p:
-            em = exp.module(p.module_id)
-            c.add(f"partition name '{p.name}' is used twice", doc.pos(em.module.path + ("id",)))
+            c.add(f"partition name '{p.name}' is used twice (also by module '{seen_p[p.name]}')",
+                  doc.pos(where), "give each partition its own partition_name")
         seen_p[p.name] = p.module_id
+        if em.module.source.endswith("schedmd-slurm-gcp-v6-partition") and not _CT_PARTITION_RE.match(p.name):
+            c.add(f"invalid partition_name '{p.name}'", doc.pos(where),
+                  "slurm-gcp partition names are lowercase letters and digits, starting with a letter")
     return dep
 
 
