@@ -42,11 +42,29 @@ def _exchange(a: str, b: str) -> bool:
     return rc == 0
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def staging_dir(final: str) -> str:
-    """A fresh, empty folder beside `final` to build its new content in."""
+    """A fresh, empty folder beside `final` to build its new content in.
+
+    Its name carries our pid, so folders left by a killed writer are recognised and removed."""
     parent = os.path.dirname(os.path.abspath(final)) or "."
     os.makedirs(parent, exist_ok=True)
-    return tempfile.mkdtemp(prefix=f".{os.path.basename(final)}.new-", dir=parent)
+    prefix = f".{os.path.basename(os.path.abspath(final))}.new-"
+    for name in os.listdir(parent):
+        if name.startswith(prefix):
+            pid = name[len(prefix):].split("-", 1)[0]
+            if pid.isdigit() and not _alive(int(pid)):
+                shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+    return tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=parent)
 
 
 def replace_dir(staged: str, final: str) -> None:
