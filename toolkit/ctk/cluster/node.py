@@ -1,0 +1,137 @@
+"""Lab nodes: a Slurm node (or an image build node) booted from image layers on this machine.
+
+A node is an overlayfs (the image's layers read-only, a per-node upper dir), its own mount,
+UTS and PID namespaces, a chroot, /dev and /sys bound in, tmpfs on /run and /tmp, and its own
+loopback address. Its PID 1 is ctk's nodeinit, which outlives the ctk command that booted it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+
+from .daemons import DaemonError
+
+
+@dataclass
+class Service:
+    name: str
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class NodeSpec:
+    hostname: str
+    state_dir: str  # holds upper/, work/, root/ (the mount point), log/, spec.json, pid
+    lowerdirs: list[str]  # image layers, topmost first
+    services: list[Service] = field(default_factory=list)
+    binds: list[dict] = field(default_factory=list)  # {src, dest, ro}
+    run_files: dict[str, dict] = field(default_factory=dict)  # path under /run -> {src, mode, owner}
+    run_dirs: list[dict] = field(default_factory=list)  # {path (under /run), mode, owner}
+    stop_timeout: float = 10.0
+
+    @property
+    def upper(self) -> str:
+        return os.path.join(self.state_dir, "upper")
+
+    @property
+    def root(self) -> str:
+        return os.path.join(self.state_dir, "root")
+
+    @property
+    def logdir(self) -> str:
+        return os.path.join(self.state_dir, "log")
+
+
+def _pid_file(state_dir: str) -> str:
+    return os.path.join(state_dir, "pid")
+
+
+def node_pid(state_dir: str) -> int | None:
+    """Host pid of the node's PID 1 if the node is running, else None."""
+    try:
+        pid = int(open(_pid_file(state_dir)).read().strip())
+        cmdline = open(f"/proc/{pid}/cmdline", "rb").read()
+    except (OSError, ValueError):
+        return None
+    return pid if b"ctk.cluster.nodeinit" in cmdline else None
+
+
+def boot(spec: NodeSpec, timeout: float = 30.0) -> int:
+    """Start the node in the background and wait until its services have been launched."""
+    if node_pid(spec.state_dir):
+        raise DaemonError(f"node {spec.hostname} is already running")
+    for d in (spec.state_dir, spec.logdir):
+        os.makedirs(d, exist_ok=True)
+    pid_file = _pid_file(spec.state_dir)
+    if os.path.exists(pid_file):
+        os.unlink(pid_file)
+    d = asdict(spec)
+    d.update(root=spec.root, upper=spec.upper, work=os.path.join(spec.state_dir, "work"),
+             logdir=spec.logdir, ready_file=pid_file)
+    spec_path = os.path.join(spec.state_dir, "spec.json")
+    with open(spec_path, "w") as f:
+        json.dump(d, f, indent=1)
+    init_log = open(os.path.join(spec.logdir, "nodeinit.log"), "ab")
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.dirname(__file__)))}
+    proc = subprocess.Popen(
+        ["unshare", "--mount", "--uts", "--pid", "--fork", sys.executable, "-m", "ctk.cluster.nodeinit", spec_path],
+        stdin=subprocess.DEVNULL, stdout=init_log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        pid = node_pid(spec.state_dir)
+        if pid:
+            return pid
+        if proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    tail = _tail(os.path.join(spec.logdir, "nodeinit.log"))
+    if proc.poll() is None:
+        proc.kill()
+    raise DaemonError(f"node {spec.hostname} did not boot:\n{tail}")
+
+
+def _tail(path: str, n: int = 20) -> str:
+    try:
+        return "\n".join(open(path, errors="replace").read().splitlines()[-n:])
+    except OSError:
+        return "(no log)"
+
+
+def stop(state_dir: str, timeout: float = 15.0) -> bool:
+    """Stop a node (SIGTERM to its PID 1, SIGKILL after `timeout`); True if it was running."""
+    pid = node_pid(state_dir)
+    if not pid:
+        return False
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.time() + timeout
+    while time.time() < deadline and os.path.exists(f"/proc/{pid}"):
+        try:  # our own child when booted by this process: reap it
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+        time.sleep(0.05)
+    if os.path.exists(f"/proc/{pid}"):
+        os.kill(pid, signal.SIGKILL)
+    return True
+
+
+def exec_argv(state_dir: str, argv: list[str]) -> list[str]:
+    """The command line that runs `argv` inside a running node."""
+    pid = node_pid(state_dir)
+    if not pid:
+        raise DaemonError(f"node at {state_dir} is not running")
+    root = os.path.join(state_dir, "root")
+    return ["nsenter", "-t", str(pid), "-m", "-u", "-p", "--", "chroot", root,
+            "/usr/bin/env", "-i", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "HOME=/root", "LANG=C.UTF-8", *argv]
+
+
+def run_in(state_dir: str, argv: list[str], timeout: float = 120, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(exec_argv(state_dir, argv), capture_output=True, text=True, timeout=timeout, **kw)

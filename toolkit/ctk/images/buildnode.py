@@ -1,0 +1,78 @@
+"""The build node: a lab node booted from the layers built so far, running only sshd, so that
+Packer's SSH communicator and Ansible reach it exactly as they reach a cloud VM."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from dataclasses import dataclass
+
+from ..cluster import node as nodes
+from ..cluster.daemons import DaemonError
+from ..runner import run
+
+# Build nodes live on their own loopback subnet, away from lab clusters' addresses.
+BUILD_ADDR = "127.0.250.1"
+
+
+@dataclass
+class BuildNode:
+    spec: nodes.NodeSpec
+    addr: str
+    port: int
+    private_key: str
+
+    @property
+    def upper(self) -> str:
+        return self.spec.upper
+
+    def stop(self) -> None:
+        nodes.stop(self.spec.state_dir)
+
+
+def _free_port(addr: str) -> int:
+    with socket.socket() as s:
+        s.bind((addr, 0))
+        return s.getsockname()[1]
+
+
+def _keypair(path: str) -> None:
+    run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "ctk-build", "-f", path],
+        what="ssh-keygen failed")
+
+
+def boot(lowerdirs: list[str], work: str, timeout: float = 30.0) -> BuildNode:
+    """Boot a build node over `lowerdirs`; its changes land in work/node/upper."""
+    keys = os.path.join(work, "keys")
+    os.makedirs(keys, mode=0o700, exist_ok=True)
+    client, host = os.path.join(keys, "client"), os.path.join(keys, "host")
+    for k in (client, host):
+        if not os.path.exists(k):
+            _keypair(k)
+    addr, port = BUILD_ADDR, _free_port(BUILD_ADDR)
+    spec = nodes.NodeSpec(
+        hostname="ctk-build",
+        state_dir=os.path.join(work, "node"),
+        lowerdirs=lowerdirs,
+        run_files={"ctk/ssh_host_ed25519_key": {"src": host, "mode": "0600"},
+                   "ctk/authorized_keys": {"src": client + ".pub", "mode": "0600"}},
+        run_dirs=[{"path": "sshd", "mode": "0755"}],
+        services=[nodes.Service("sshd", [
+            "/usr/sbin/sshd", "-D", "-e", "-p", str(port), "-o", f"ListenAddress={addr}",
+            "-o", "HostKey=/run/ctk/ssh_host_ed25519_key", "-o", "AuthorizedKeysFile=/run/ctk/authorized_keys",
+            "-o", "UsePAM=no", "-o", "PermitRootLogin=prohibit-password", "-o", "PidFile=/run/sshd.pid",
+            "-o", "PasswordAuthentication=no"])],
+    )
+    nodes.boot(spec, timeout=timeout)
+    deadline = time.time() + timeout
+    while time.time() < deadline:  # sshd answers once it is listening
+        try:
+            with socket.create_connection((addr, port), timeout=1) as s:
+                if s.recv(4).startswith(b"SSH"):
+                    return BuildNode(spec, addr, port, client)
+        except OSError:
+            time.sleep(0.1)
+    log = os.path.join(spec.logdir, "sshd.log")
+    nodes.stop(spec.state_dir)
+    raise DaemonError(f"sshd in the build node did not start:\n{open(log).read()[-2000:] if os.path.exists(log) else ''}")
