@@ -1,0 +1,16 @@
+"""Role common: base packages, and nothing machine-specific or secret baked in."""
+
+
+def test_base_packages(host):
+    for pkg in ("ca-certificates", "iproute2", "procps", "openssh-server", "python3", "python3-venv", "sudo"):
+        assert host.package(pkg).is_installed, pkg
+
+
+def test_no_ssh_host_keys_in_the_image(host):
+    # A build node's host key lives in /run (tmpfs); the image itself carries none.
+    assert host.run("ls /etc/ssh/ssh_host_*_key 2>/dev/null").stdout == ""
+
+
+def test_debian_12(host):
+    assert host.system_info.distribution == "debian"
+    assert host.system_info.release.startswith("12")

@@ -1,0 +1,25 @@
+"""Role jax: the stack's venv at /opt/ctk/jax with exactly the pinned versions, on PATH."""
+
+import json
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def _only_with_jax(roles):
+    if "jax" not in roles:
+        pytest.skip("image has no jax role")
+
+
+def test_venv_has_exact_pins(host, image):
+    out = host.check_output("/opt/ctk/jax/bin/python -m pip list --format=json --disable-pip-version-check")
+    installed = {p["name"].lower().replace("_", "-"): p["version"] for p in json.loads(out)}
+    for name, version in image["stack"]["pins"].items():
+        base = name.split("[")[0].lower().replace("_", "-")
+        assert installed.get(base) == version, f"{base}: {installed.get(base)} != {version}"
+
+
+def test_profile_puts_venv_on_path(host):
+    f = host.file("/etc/profile.d/ctk-jax.sh")
+    assert f.exists and "/opt/ctk/jax/bin" in f.content_string
+    assert "/opt/ctk/jax/bin" in host.check_output("bash -lc 'echo $PATH'")

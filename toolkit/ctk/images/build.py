@@ -1,0 +1,162 @@
+"""Image builds as cached layers: the base, then one layer per Ansible role.
+
+A layer's key hashes everything that shapes it: the key of the layer below, the role's files,
+the playbook that applies it, and the role's variables (for the jax role, the stack's pins).
+A build re-runs only the layers whose key changed and those above them; an unchanged image is
+a pure cache hit that runs neither Packer nor Ansible.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+
+from .. import paths
+from ..blueprint.errors import UserError
+from ..model import ImageSpec
+from ..progress import Progress
+from ..stacks import Stack, get_stack
+from . import buildnode, packer
+from .base import ensure_base
+from .store import Store
+
+LAYER_VERSION = 1  # bump when the way layers are built changes
+KNOWN_ROLES = ("common", "munge", "slurm", "jax")
+
+
+class ImageBuildError(RuntimeError):
+    """A layer failed to build: names the image, the role, the task and its output."""
+
+
+@dataclass
+class LayerPlan:
+    role: str
+    key: str
+    parent: str
+    variables: dict
+
+
+@dataclass
+class BuildResult:
+    image: str
+    layers: list[str]  # keys, bottom first
+    built: list[str] = field(default_factory=list)  # roles whose layers ran
+    cached: list[str] = field(default_factory=list)  # roles taken from the cache
+    seconds: float = 0.0
+
+
+def _files_digest(paths_: list[str]) -> str:
+    h = hashlib.sha256()
+    for top in paths_:
+        files = [top] if os.path.isfile(top) else sorted(
+            p for p in glob.glob(os.path.join(top, "**"), recursive=True) if os.path.isfile(p))
+        for p in files:
+            h.update(os.path.relpath(p, paths.ANSIBLE).encode() + b"\0")
+            with open(p, "rb") as f:
+                h.update(f.read())
+            h.update(b"\0")
+    return h.hexdigest()
+
+
+def role_variables(spec: ImageSpec, role: str, stack: Stack) -> dict:
+    """Variables that shape a role's layer; only the jax layer sees the stack."""
+    if role == "jax":
+        return {"jax_stack": stack.name, "jax_stack_pins": dict(stack.pins)}
+    if role == "slurm":
+        return {"slurm_flavour": "all"}
+    return {}
+
+
+def plan_layers(spec: ImageSpec, base_key: str, stack: Stack) -> list[LayerPlan]:
+    out: list[LayerPlan] = []
+    parent = base_key
+    playbook = os.path.join(paths.ANSIBLE, "layer.yml")
+    for role in spec.roles:
+        role_dir = os.path.join(paths.ANSIBLE, "roles", role)
+        if not os.path.isdir(role_dir):
+            raise UserError(f"image '{spec.name}': no Ansible role '{role}' (looked in {role_dir})")
+        variables = role_variables(spec, role, stack)
+        # The common role's bootstrap runs in every layer's play, so its files shape them all.
+        digest = _files_digest([role_dir, playbook, os.path.join(paths.ANSIBLE, "roles", "common", "tasks")])
+        desc = {"parent": parent, "role": role, "files": digest, "vars": variables, "version": LAYER_VERSION}
+        key = f"{role}-" + hashlib.sha256(json.dumps(desc, sort_keys=True).encode()).hexdigest()[:16]
+        out.append(LayerPlan(role, key, parent, variables))
+        parent = key
+    return out
+
+
+def _scrub_upper(upper: str) -> None:
+    """Drop what a login leaves behind; it is not part of the role's work."""
+    for rel in ("var/log/wtmp", "var/log/lastlog", "var/log/btmp", "root/.ansible", "root/.ssh/known_hosts"):
+        p = os.path.join(upper, rel)
+        if os.path.isdir(p) and not os.path.islink(p):
+            shutil.rmtree(p)
+        elif os.path.isfile(p) and not os.path.islink(p):
+            os.unlink(p)
+
+
+def _build_layer(store: Store, image: str, lp: LayerPlan, lower_keys: list[str], progress: Progress) -> float:
+    work = store.scratch(f"{lp.key}.build")
+    vars_file = os.path.join(work, "vars.json")
+    with open(vars_file, "w") as f:
+        json.dump({"ctk_role": lp.role, "ctk_phase": "install", **lp.variables}, f)
+    t0 = time.monotonic()
+    node = buildnode.boot(store.lowerdirs(lower_keys), work)
+    log_path = os.path.join(store.root, "logs", f"{image}-{lp.role}.log")
+    os.makedirs(os.path.dirname(log_path), exist_ok=True)
+    if os.path.exists(log_path):
+        os.unlink(log_path)
+    try:
+        packer.build(
+            os.path.join(paths.IMAGES, "layer.pkr.hcl"),
+            {"host": node.addr, "port": node.port, "private_key_file": node.private_key,
+             "playbook_file": os.path.join(paths.ANSIBLE, "layer.yml"),
+             "extra_arguments": ["-e", f"@{vars_file}", "-e", "ansible_python_interpreter=/usr/bin/python3",
+                                 "-e", f"ansible_port={node.port}"],
+             "ansible_env_vars": ["ANSIBLE_HOST_KEY_CHECKING=False", "ANSIBLE_REMOTE_TMP=/tmp/.ansible",
+                                  "ANSIBLE_NOCOLOR=1", "ANSIBLE_RETRY_FILES_ENABLED=False",
+                                  f"ANSIBLE_ROLES_PATH={os.path.join(paths.ANSIBLE, 'roles')}"]},
+            os.path.join(work, "packer"), on_task=progress.task,
+            env=packer.packer_env(os.path.dirname(sys.executable)), log_path=log_path)
+    except packer.PackerError as e:
+        raise ImageBuildError(f"image '{image}', layer '{lp.role}': {e}\n(full log: {log_path})") from None
+    finally:
+        node.stop()
+    upper = node.upper
+    _scrub_upper(upper)
+    dt = time.monotonic() - t0
+    store.commit(lp.key, upper, {"kind": "role", "role": lp.role, "parent": lp.parent, "vars": lp.variables,
+                                 "seconds": round(dt, 1)})
+    shutil.rmtree(work, ignore_errors=True)
+    return dt
+
+
+def build_image(spec: ImageSpec, store: Store | None = None, progress: Progress | None = None,
+                stacks_path: str | None = None) -> BuildResult:
+    """Build (or take from the cache) every layer of an image; record the image."""
+    store = store or Store()
+    progress = progress or Progress()
+    stack = get_stack(spec.stack, stacks_path)
+    t0 = time.monotonic()
+    with store.lock():
+        base = ensure_base(store, spec.base, progress)
+        result = BuildResult(spec.name, [base])
+        for lp in plan_layers(spec, base, stack):
+            if store.has(lp.key):
+                progress.say(f"==> layer {lp.role}: cached ({lp.key})")
+                result.cached.append(lp.role)
+            else:
+                with progress.step(f"layer {lp.role} ({lp.key})"):
+                    _build_layer(store, spec.name, lp, result.layers, progress)
+                result.built.append(lp.role)
+            result.layers.append(lp.key)
+        store.save_image(spec.name, {"name": spec.name, "layers": result.layers, "spec": vars(spec),
+                                     "stack": {"name": stack.name, "pins": dict(stack.pins)}})
+    result.seconds = time.monotonic() - t0
+    return result

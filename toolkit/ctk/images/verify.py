@@ -1,0 +1,65 @@
+"""Proving an image works before any node boots it: testinfra suites per role and functional
+checks (munge round trip, slurmd -C, jax.devices()), run inside a node booted from the image."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import sys
+from dataclasses import dataclass
+
+from .. import paths
+from ..progress import Progress
+from ..runner import CommandError, run
+from . import buildnode
+from .store import Store
+
+
+class ImageVerifyError(RuntimeError):
+    pass
+
+
+@dataclass
+class VerifyResult:
+    image: str
+    passed: int
+    skipped: int
+    summary: str
+
+
+def verify_image(name: str, store: Store | None = None, progress: Progress | None = None) -> VerifyResult:
+    store = store or Store()
+    progress = progress or Progress()
+    rec = store.image(name)
+    if rec is None:
+        raise ImageVerifyError(f"no image '{name}' in {store.root}; build it first (ctk image build)")
+    work = store.scratch(f"verify-{name}")
+    record = os.path.join(work, "image.json")
+    with open(record, "w") as f:
+        json.dump(rec, f)
+    suites = [os.path.join(paths.TESTS_IMAGE, f"test_{r}.py") for r in rec["spec"]["roles"]
+              if os.path.exists(os.path.join(paths.TESTS_IMAGE, f"test_{r}.py"))]
+    suites.append(os.path.join(paths.TESTS_IMAGE, "test_functional.py"))
+    with progress.step(f"verify image {name} ({len(suites)} suites)"):
+        node = buildnode.boot(store.lowerdirs(rec["layers"]), work)
+        try:
+            ssh_config = os.path.join(work, "ssh_config")
+            with open(ssh_config, "w") as f:
+                f.write(f"Host {node.addr}\n  Port {node.port}\n  User root\n  IdentityFile {node.private_key}\n"
+                        "  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n")
+            env = {**os.environ, "CTK_IMAGE_VERIFY": "1", "CTK_IMAGE_RECORD": record}
+            try:
+                tail = run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", paths.REPO,
+                            f"--hosts=ssh://root@{node.addr}", f"--ssh-config={ssh_config}", *suites],
+                           env=env, cwd=paths.REPO, on_line=progress.task, tail_lines=60)
+            except CommandError as e:
+                raise ImageVerifyError(f"image '{name}' failed verification:\n{e.tail}") from None
+        finally:
+            node.stop()
+            shutil.rmtree(work, ignore_errors=True)
+    summary = next((ln for ln in reversed(tail) if re.search(r"\d+ passed", ln)), tail[-1] if tail else "")
+    passed = int(re.search(r"(\d+) passed", summary).group(1)) if re.search(r"(\d+) passed", summary) else 0
+    skipped = int(re.search(r"(\d+) skipped", summary).group(1)) if re.search(r"(\d+) skipped", summary) else 0
+    return VerifyResult(name, passed, skipped, summary.strip())
