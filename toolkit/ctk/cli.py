@@ -56,6 +56,32 @@ def build_parser() -> argparse.ArgumentParser:
     _bp_args(p)
     p.add_argument("-o", "--out", metavar="DIR", help="folder to write (default: ./DEPLOYMENT_NAME)")
     p.add_argument("-w", "--overwrite", action="store_true", help="replace an existing deployment folder")
+
+    img = sub.add_parser("image", help="build, test, list and export node images",
+                         description="Node images are built locally as cached layers (debootstrap base, "
+                         "then one layer per Ansible role, each applied by Packer over SSH into a build "
+                         "node). Layers live under $CTK_STATE_DIR (default /var/lib/ctk).")
+    isub = img.add_subparsers(dest="image_cmd", metavar="SUBCOMMAND", parser_class=_Parser)
+    p = isub.add_parser("build", help="build the blueprint's images (cached layers), then verify them")
+    _bp_args(p)
+    p.add_argument("--only", metavar="NAME", help="build only this image")
+    p.add_argument("--no-verify", action="store_true", help="skip the testinfra and functional checks")
+    p.add_argument("-q", "--quiet", action="store_true", help="print only the result")
+    p.add_argument("--json", action="store_true", help="machine-readable result")
+    p = isub.add_parser("test", help="verify built images: testinfra suites and functional checks")
+    _bp_args(p)
+    p.add_argument("--only", metavar="NAME", help="test only this image")
+    p.add_argument("-q", "--quiet", action="store_true", help="print only the result")
+    p = isub.add_parser("list", help="images in the layer store")
+    p.add_argument("--json", action="store_true", help="machine-readable list")
+    p = isub.add_parser("export", help="export a built image as a folder, tar.zst, OCI archive or ext4 disk")
+    p.add_argument("name", help="image name (see ctk image list)")
+    p.add_argument("--format", required=True, choices=["dir", "tar", "oci", "ext4"], help="output format")
+    p.add_argument("-o", "--out", required=True, metavar="PATH", help="where to write it")
+    p.add_argument("-w", "--overwrite", action="store_true", help="replace PATH if it exists")
+    p.add_argument("-q", "--quiet", action="store_true", help="print only the result")
+    p = isub.add_parser("gc", help="remove layers no image uses, and leftovers of interrupted builds")
+    p.add_argument("--dry-run", action="store_true", help="only list what would be removed")
     return ap
 
 
@@ -66,7 +92,13 @@ def main(argv: list[str] | None = None) -> int:
         ap.print_help()
         return EXIT_USAGE
     from .blueprint import BlueprintErrors, UserError
+    from .cluster.daemons import DaemonError
+    from .images.build import ImageBuildError
+    from .images.verify import ImageVerifyError
+    from .runner import CommandError
     try:
+        if args.cmd == "image":
+            return _image(args, ap)
         return _run(args)
     except BlueprintErrors as e:
         if getattr(args, "json", False):
@@ -79,6 +111,9 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
+    except (ImageBuildError, ImageVerifyError, CommandError, DaemonError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_FAIL
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
@@ -87,6 +122,45 @@ def main(argv: list[str] | None = None) -> int:
 def _warn(exp) -> None:
     for w in exp.warnings:
         print(w.render(getattr(exp, "sources", {})).replace(": error: ", ": warning: ", 1), file=sys.stderr)
+
+
+def _image(args, ap) -> int:
+    from .images import commands
+    from .progress import Progress
+
+    if not args.image_cmd:
+        ap.parse_args(["image", "--help"])
+    progress = Progress(quiet=getattr(args, "quiet", False) or getattr(args, "json", False))
+    if args.image_cmd == "list":
+        sys.stdout.write(commands.list_images(args.json))
+        return EXIT_OK
+    if args.image_cmd == "gc":
+        removed = commands.gc(args.dry_run)
+        print(("would remove" if args.dry_run else "removed") + f" {len(removed)} item(s)")
+        for r in removed:
+            print(f"  {r}")
+        return EXIT_OK
+    if args.image_cmd == "export":
+        from .images.export import export_image
+        print(export_image(args.name, args.format, args.out, progress=progress, overwrite=args.overwrite))
+        return EXIT_OK
+    from .blueprint import process
+
+    exp = process(args.blueprint, args.vars, args.deployment_file)
+    _warn(exp)
+    if args.image_cmd == "build":
+        res = commands.build(exp.deployment, args.only, not args.no_verify, progress)
+        if args.json:
+            print(json.dumps(res, indent=2))
+        elif args.quiet:
+            for r in res:
+                print(f"{r['image']}: built {','.join(r['built']) or '-'}; cached {','.join(r['cached']) or '-'}")
+        return EXIT_OK
+    if args.image_cmd == "test":
+        for r in commands.test(exp.deployment, args.only, progress):
+            print(f"{r['image']}: {r['summary']}")
+        return EXIT_OK
+    raise AssertionError(args.image_cmd)
 
 
 def _run(args) -> int:

@@ -91,6 +91,16 @@ def plan_layers(spec: ImageSpec, base_key: str, stack: Stack) -> list[LayerPlan]
     return out
 
 
+def _build_time_inputs() -> tuple[dict, dict]:
+    """What a build node needs from this machine that must not shape (or enter) a layer:
+    the host's CA bundle, for pip behind a TLS-intercepting proxy. It sits in the node's /run."""
+    bundle = os.environ.get("PIP_CERT") or "/etc/ssl/certs/ca-certificates.crt"
+    if not os.path.isfile(bundle):
+        return {}, {}
+    return ({"ctk/ca-bundle.crt": {"src": bundle, "mode": "0644"}},
+            {"pip_extra_args": "--cert /run/ctk/ca-bundle.crt"})
+
+
 def _scrub_upper(upper: str) -> None:
     """Drop what a login leaves behind; it is not part of the role's work."""
     for rel in ("var/log/wtmp", "var/log/lastlog", "var/log/btmp", "root/.ansible", "root/.ssh/known_hosts"):
@@ -104,10 +114,11 @@ def _scrub_upper(upper: str) -> None:
 def _build_layer(store: Store, image: str, lp: LayerPlan, lower_keys: list[str], progress: Progress) -> float:
     work = store.scratch(f"{lp.key}.build")
     vars_file = os.path.join(work, "vars.json")
-    with open(vars_file, "w") as f:
-        json.dump({"ctk_role": lp.role, "ctk_phase": "install", **lp.variables}, f)
     t0 = time.monotonic()
-    node = buildnode.boot(store.lowerdirs(lower_keys), work)
+    run_files, build_vars = _build_time_inputs()
+    with open(vars_file, "w") as f:
+        json.dump({"ctk_role": lp.role, "ctk_phase": "install", **lp.variables, **build_vars}, f)
+    node = buildnode.boot(store.lowerdirs(lower_keys), work, run_files=run_files)
     log_path = os.path.join(store.root, "logs", f"{image}-{lp.role}.log")
     os.makedirs(os.path.dirname(log_path), exist_ok=True)
     if os.path.exists(log_path):

@@ -42,8 +42,10 @@ def _keypair(path: str) -> None:
         what="ssh-keygen failed")
 
 
-def boot(lowerdirs: list[str], work: str, timeout: float = 30.0) -> BuildNode:
-    """Boot a build node over `lowerdirs`; its changes land in work/node/upper."""
+def boot(lowerdirs: list[str], work: str, timeout: float = 30.0, run_files: dict | None = None) -> BuildNode:
+    """Boot a build node over `lowerdirs`; its changes land in work/node/upper.
+
+    `run_files` are copied under the node's /run (tmpfs), so they never become part of a layer."""
     keys = os.path.join(work, "keys")
     os.makedirs(keys, mode=0o700, exist_ok=True)
     client, host = os.path.join(keys, "client"), os.path.join(keys, "host")
@@ -56,7 +58,7 @@ def boot(lowerdirs: list[str], work: str, timeout: float = 30.0) -> BuildNode:
         state_dir=os.path.join(work, "node"),
         lowerdirs=lowerdirs,
         run_files={"ctk/ssh_host_ed25519_key": {"src": host, "mode": "0600"},
-                   "ctk/authorized_keys": {"src": client + ".pub", "mode": "0600"}},
+                   "ctk/authorized_keys": {"src": client + ".pub", "mode": "0600"}, **(run_files or {})},
         run_dirs=[{"path": "sshd", "mode": "0755"}],
         services=[nodes.Service("sshd", [
             "/usr/sbin/sshd", "-D", "-e", "-p", str(port), "-o", f"ListenAddress={addr}",

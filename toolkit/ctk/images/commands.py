@@ -1,0 +1,95 @@
+"""What the `ctk image ...` commands do (cli.py only parses their arguments)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+
+from ..blueprint.errors import UserError
+from ..model import Deployment, ImageSpec
+from ..progress import Progress
+from .build import build_image, plan_layers
+from .store import Store
+from .verify import verify_image
+
+
+def select(dep: Deployment, only: str | None) -> list[ImageSpec]:
+    images = dep.images
+    if not images:
+        raise UserError("the blueprint declares no image (a ctk/image or modules/packer/custom-image module)")
+    if only:
+        images = [i for i in images if i.name == only]
+        if not images:
+            raise UserError(f"--only {only!r}: no such image (the blueprint has: "
+                            f"{', '.join(i.name for i in dep.images)})")
+    return images
+
+
+def build(dep: Deployment, only: str | None, verify: bool, progress: Progress) -> list[dict]:
+    store = Store()
+    out = []
+    for spec in select(dep, only):
+        r = build_image(spec, store, progress)
+        entry = {"image": r.image, "built": r.built, "cached": r.cached, "seconds": round(r.seconds, 1),
+                 "layers": r.layers}
+        if verify:
+            v = verify_image(spec.name, store, progress)
+            entry["verified"] = v.summary
+        progress.say(f"image {r.image}: {len(r.built)} layer(s) built, {len(r.cached)} cached, "
+                     f"{r.seconds:.1f}s" + (f"; verified ({entry['verified']})" if verify else ""))
+        out.append(entry)
+    return out
+
+
+def test(dep: Deployment, only: str | None, progress: Progress) -> list[dict]:
+    store = Store()
+    return [vars(verify_image(spec.name, store, progress)) for spec in select(dep, only)]
+
+
+def _du(path: str) -> int:
+    try:
+        return int(subprocess.run(["du", "-sb", path], capture_output=True, text=True).stdout.split()[0])
+    except (IndexError, ValueError):
+        return 0
+
+
+def list_images(as_json: bool) -> str:
+    store = Store()
+    rows = []
+    for name in store.image_names():
+        rec = store.image(name)
+        size = sum(_du(store.layer_root(k)) for k in rec["layers"] if store.has(k))
+        complete = all(store.has(k) for k in rec["layers"])
+        rows.append({"name": name, "base": rec["spec"]["base"], "stack": rec["stack"]["name"],
+                     "roles": rec["spec"]["roles"], "layers": rec["layers"], "size_mb": size // 2**20,
+                     "complete": complete})
+    if as_json:
+        return json.dumps(rows, indent=2) + "\n"
+    if not rows:
+        return f"no images in {store.root}\n"
+    lines = [f"{'IMAGE':<16} {'BASE':<10} {'STACK':<12} {'SIZE':>8}  LAYERS"]
+    for r in rows:
+        lines.append(f"{r['name']:<16} {r['base']:<10} {r['stack']:<12} {r['size_mb']:>6}MB  "
+                     + " ".join(r["layers"]) + ("" if r["complete"] else "  (incomplete: rebuild)"))
+    return "\n".join(lines) + "\n"
+
+
+def gc(dry_run: bool) -> list[str]:
+    """Remove layers no image uses (and leftovers of interrupted builds)."""
+    store = Store()
+    with store.lock():
+        used = {k for n in store.image_names() for k in store.image(n)["layers"]}
+        unused = [k for k in store.all_layers() if k not in used]
+        stale = [os.path.join(store.layers, d) for d in os.listdir(store.layers)
+                 if not store.has(d)] + [os.path.join(store.tmp, d) for d in os.listdir(store.tmp)]
+        if not dry_run:
+            for k in unused:
+                store.remove_layer(k)
+            for p in stale:
+                shutil.rmtree(p, ignore_errors=True)
+    return unused + [os.path.basename(p) for p in stale]
+
+
+__all__ = ["build", "test", "list_images", "gc", "plan_layers"]

@@ -1,0 +1,80 @@
+"""Image exports: a directory, a tar.zst, an OCI archive (buildah, chroot isolation), an ext4
+disk image (mke2fs -d). The layers are flattened through a read-only overlay mounted in a
+private mount namespace, so nothing stays mounted whatever happens."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+
+from ..blueprint.errors import UserError
+from ..progress import Progress
+from ..runner import run
+from .store import Store
+
+FORMATS = ("dir", "tar", "oci", "ext4")
+
+
+def _in_flat_view(store: Store, layers: list[str], script: str, work: str, progress: Progress, what: str):
+    """Run a shell script with $ROOT set to the image's flattened, read-only tree."""
+    mnt = os.path.join(work, "mnt")
+    os.makedirs(mnt, exist_ok=True)
+    lower = ":".join(store.lowerdirs(layers))
+    mount = (f"mount -t overlay overlay -o ro,lowerdir={shlex.quote(lower)} {shlex.quote(mnt)}"
+             if len(layers) > 1 else f"mount --bind -o ro {shlex.quote(store.layer_root(layers[0]))} {shlex.quote(mnt)}")
+    full = f"set -eu\nmount --make-rprivate /\n{mount}\nROOT={shlex.quote(mnt)}\n{script}\n"
+    run(["unshare", "--mount", "sh", "-c", full], on_line=progress.task, what=what)
+
+
+def export_image(name: str, fmt: str, out: str, store: Store | None = None, progress: Progress | None = None,
+                 overwrite: bool = False) -> str:
+    store = store or Store()
+    progress = progress or Progress()
+    if fmt not in FORMATS:
+        raise UserError(f"--format {fmt!r}: use one of {', '.join(FORMATS)}")
+    rec = store.image(name)
+    if rec is None:
+        raise UserError(f"no image '{name}' (built images: {', '.join(store.image_names()) or 'none'})\n"
+                        "  hint: ctk image build BLUEPRINT")
+    out = os.path.abspath(out)
+    if os.path.exists(out) and not overwrite:
+        raise UserError(f"{out} already exists\n  hint: pass -w to overwrite it")
+    work = store.scratch(f"export-{name}-{os.getpid()}")
+    tmp_out = os.path.join(os.path.dirname(out), f".{os.path.basename(out)}.tmp-{os.getpid()}")
+    q = shlex.quote(tmp_out)
+    try:
+        with progress.step(f"export {name} as {fmt} to {out}"):
+            if fmt == "dir":
+                script = f"mkdir {q}\ncp -a \"$ROOT\"/. {q}/"
+            elif fmt == "tar":
+                script = f"tar --numeric-owner --xattrs -C \"$ROOT\" -cf - . | zstd -q -T0 -o {q}"
+            elif fmt == "ext4":
+                script = (f"size=$(du -sm \"$ROOT\" | cut -f1)\n"
+                          f"mke2fs -q -F -t ext4 -L {shlex.quote(('ctk-' + name)[:16])} -d \"$ROOT\" {q} "
+                          f"$(( size * 13 / 10 + 64 ))M")
+            else:
+                if not shutil.which("buildah"):
+                    raise UserError("the oci format needs buildah\n  hint: apt-get install buildah")
+                storage = os.path.join(work, "containers")
+                b = f"buildah --root {shlex.quote(storage)}/root --runroot {shlex.quote(storage)}/run --storage-driver vfs"
+                tarball = shlex.quote(os.path.join(work, "rootfs.tar"))
+                script = (f"tar --numeric-owner -C \"$ROOT\" -cf {tarball} .\n"
+                          f"ctr=$({b} from --isolation chroot scratch)\n"
+                          f"{b} add $ctr {tarball} /\n"
+                          f"{b} config --cmd /bin/bash --label org.opencontainers.image.title=ctk-{name} $ctr\n"
+                          f"{b} commit --quiet $ctr oci-archive:{q}:ctk/{name}:latest\n"
+                          f"{b} rm $ctr >/dev/null")
+            _in_flat_view(store, rec["layers"], script, work, progress, f"export of {name} as {fmt} failed")
+            if os.path.isdir(out) and not os.path.islink(out):
+                shutil.rmtree(out)
+            elif os.path.exists(out):
+                os.unlink(out)
+            os.rename(tmp_out, out)
+    finally:
+        if os.path.isdir(tmp_out):
+            shutil.rmtree(tmp_out, ignore_errors=True)
+        elif os.path.exists(tmp_out):
+            os.unlink(tmp_out)
+        shutil.rmtree(work, ignore_errors=True)
+    return out
