@@ -10,3 +10,9 @@ IMAGES = os.path.join(REPO, "images")
 BLUEPRINTS = os.path.join(REPO, "blueprints")
 SBATCH = os.path.join(REPO, "sbatch")
 TESTS_IMAGE = os.path.join(REPO, "tests", "image")
+
+
+def ansible_dir() -> str:
+    """The playbooks and roles images are built with (CTK_ANSIBLE_DIR overrides, e.g. for a
+    site's own roles)."""
+    return os.environ.get("CTK_ANSIBLE_DIR", ANSIBLE)

@@ -57,7 +57,7 @@ def _files_digest(paths_: list[str]) -> str:
         files = [top] if os.path.isfile(top) else sorted(
             p for p in glob.glob(os.path.join(top, "**"), recursive=True) if os.path.isfile(p))
         for p in files:
-            h.update(os.path.relpath(p, paths.ANSIBLE).encode() + b"\0")
+            h.update(os.path.relpath(p, paths.ansible_dir()).encode() + b"\0")
             with open(p, "rb") as f:
                 h.update(f.read())
             h.update(b"\0")
@@ -76,14 +76,14 @@ def role_variables(spec: ImageSpec, role: str, stack: Stack) -> dict:
 def plan_layers(spec: ImageSpec, base_key: str, stack: Stack) -> list[LayerPlan]:
     out: list[LayerPlan] = []
     parent = base_key
-    playbook = os.path.join(paths.ANSIBLE, "layer.yml")
+    playbook = os.path.join(paths.ansible_dir(), "layer.yml")
     for role in spec.roles:
-        role_dir = os.path.join(paths.ANSIBLE, "roles", role)
+        role_dir = os.path.join(paths.ansible_dir(), "roles", role)
         if not os.path.isdir(role_dir):
             raise UserError(f"image '{spec.name}': no Ansible role '{role}' (looked in {role_dir})")
         variables = role_variables(spec, role, stack)
         # The common role's bootstrap runs in every layer's play, so its files shape them all.
-        digest = _files_digest([role_dir, playbook, os.path.join(paths.ANSIBLE, "roles", "common", "tasks")])
+        digest = _files_digest([role_dir, playbook, os.path.join(paths.ansible_dir(), "roles", "common", "tasks")])
         desc = {"parent": parent, "role": role, "files": digest, "vars": variables, "version": LAYER_VERSION}
         key = f"{role}-" + hashlib.sha256(json.dumps(desc, sort_keys=True).encode()).hexdigest()[:16]
         out.append(LayerPlan(role, key, parent, variables))
@@ -111,30 +111,42 @@ def _scrub_upper(upper: str) -> None:
             os.unlink(p)
 
 
+def _apply_role(node: buildnode.BuildNode, role: str, variables: dict, work: str, log_path: str,
+                progress: Progress) -> packer.BuildLog:
+    """Packer + Ansible: apply one role (install phase) to a running build node."""
+    run_files_vars = _build_time_inputs()[1]
+    vars_file = os.path.join(work, f"vars-{role}.json")
+    with open(vars_file, "w") as f:
+        json.dump({"ctk_role": role, "ctk_phase": "install", **variables, **run_files_vars}, f)
+    roles_path = os.path.join(paths.ansible_dir(), "roles")
+    return packer.build(
+        os.path.join(paths.IMAGES, "layer.pkr.hcl"),
+        {"host": node.addr, "port": node.port, "private_key_file": node.private_key,
+         "playbook_file": os.path.join(paths.ansible_dir(), "layer.yml"),
+         "extra_arguments": ["-e", f"@{vars_file}", "-e", "ansible_python_interpreter=/usr/bin/python3",
+                             "-e", f"ansible_port={node.port}"],
+         "ansible_env_vars": ["ANSIBLE_HOST_KEY_CHECKING=False", "ANSIBLE_REMOTE_TMP=/tmp/.ansible",
+                              "ANSIBLE_NOCOLOR=1", "ANSIBLE_RETRY_FILES_ENABLED=False",
+                              f"ANSIBLE_ROLES_PATH={roles_path}"]},
+        os.path.join(work, f"packer-{role}"), on_task=progress.task,
+        env=packer.packer_env(os.path.dirname(sys.executable)), log_path=log_path)
+
+
+def _log_path(store: Store, image: str, role: str) -> str:
+    path = os.path.join(store.root, "logs", f"{image}-{role}.log")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    if os.path.exists(path):
+        os.unlink(path)
+    return path
+
+
 def _build_layer(store: Store, image: str, lp: LayerPlan, lower_keys: list[str], progress: Progress) -> float:
     work = store.scratch(f"{lp.key}.build")
-    vars_file = os.path.join(work, "vars.json")
     t0 = time.monotonic()
-    run_files, build_vars = _build_time_inputs()
-    with open(vars_file, "w") as f:
-        json.dump({"ctk_role": lp.role, "ctk_phase": "install", **lp.variables, **build_vars}, f)
-    node = buildnode.boot(store.lowerdirs(lower_keys), work, run_files=run_files)
-    log_path = os.path.join(store.root, "logs", f"{image}-{lp.role}.log")
-    os.makedirs(os.path.dirname(log_path), exist_ok=True)
-    if os.path.exists(log_path):
-        os.unlink(log_path)
+    node = buildnode.boot(store.lowerdirs(lower_keys), work, run_files=_build_time_inputs()[0])
+    log_path = _log_path(store, image, lp.role)
     try:
-        packer.build(
-            os.path.join(paths.IMAGES, "layer.pkr.hcl"),
-            {"host": node.addr, "port": node.port, "private_key_file": node.private_key,
-             "playbook_file": os.path.join(paths.ANSIBLE, "layer.yml"),
-             "extra_arguments": ["-e", f"@{vars_file}", "-e", "ansible_python_interpreter=/usr/bin/python3",
-                                 "-e", f"ansible_port={node.port}"],
-             "ansible_env_vars": ["ANSIBLE_HOST_KEY_CHECKING=False", "ANSIBLE_REMOTE_TMP=/tmp/.ansible",
-                                  "ANSIBLE_NOCOLOR=1", "ANSIBLE_RETRY_FILES_ENABLED=False",
-                                  f"ANSIBLE_ROLES_PATH={os.path.join(paths.ANSIBLE, 'roles')}"]},
-            os.path.join(work, "packer"), on_task=progress.task,
-            env=packer.packer_env(os.path.dirname(sys.executable)), log_path=log_path)
+        _apply_role(node, lp.role, lp.variables, work, log_path, progress)
     except packer.PackerError as e:
         raise ImageBuildError(f"image '{image}', layer '{lp.role}': {e}\n(full log: {log_path})") from None
     finally:
@@ -146,6 +158,30 @@ def _build_layer(store: Store, image: str, lp: LayerPlan, lower_keys: list[str],
                                  "seconds": round(dt, 1)})
     shutil.rmtree(work, ignore_errors=True)
     return dt
+
+
+def rerun_roles(name: str, store: Store | None = None, progress: Progress | None = None) -> dict:
+    """Apply every role of a built image again, with the variables its layer was built with,
+    in a node booted from the finished image (its changes are thrown away). Returns
+    {role: (ok, changed)} from each play's recap; an idempotent role reports changed=0."""
+    store = store or Store()
+    progress = progress or Progress()
+    rec = store.image(name)
+    if rec is None:
+        raise UserError(f"no image '{name}'")
+    work = store.scratch(f"rerun-{name}")
+    node = buildnode.boot(store.lowerdirs(rec["layers"]), work, run_files=_build_time_inputs()[0])
+    out = {}
+    try:
+        for key in rec["layers"][1:]:
+            meta = store.meta(key)
+            log = _apply_role(node, meta["role"], meta["vars"], work,
+                              _log_path(store, name, f"rerun-{meta['role']}"), progress)
+            out[meta["role"]] = (log.ok, log.changed)
+    finally:
+        node.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    return out
 
 
 def build_image(spec: ImageSpec, store: Store | None = None, progress: Progress | None = None,

@@ -1,0 +1,31 @@
+"""Shared by the integration tests: one lab image per session, built the way users build it."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+LAB = os.path.join(ROOT, "blueprints", "lab.yaml")
+
+
+def ctk(*args, env=None, timeout=1800):
+    return subprocess.run([sys.executable, "-m", "ctk", *args], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=timeout)
+
+
+@pytest.fixture(scope="session")
+def state(tmp_path_factory):
+    """A fresh layer store for this session (CTK_STATE_DIR)."""
+    return str(tmp_path_factory.mktemp("ctk-state"))
+
+
+@pytest.fixture(scope="session")
+def lab_build(state):
+    """`ctk image build blueprints/lab.yaml` into the fresh store: builds and verifies."""
+    r = ctk("image", "build", LAB, "--json", env={"CTK_STATE_DIR": state})
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout)[0]

@@ -1,0 +1,124 @@
+"""The image pipeline for real: debootstrap, then Packer driving Ansible over SSH into build
+nodes, one cached layer per role; testinfra and functional checks in a booted node.
+
+One lab image is built per test session into a fresh state dir (CTK_STATE_DIR)."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from conftest import ROOT
+from ctk.images.build import ImageBuildError, build_image
+from ctk.images.store import Store
+from ctk.images.verify import verify_image
+from ctk.model import ImageSpec
+from ctk.progress import Progress
+
+pytestmark = pytest.mark.integration
+for tool in ("debootstrap", "packer", "unshare"):
+    if not shutil.which(tool, path="/usr/sbin:/usr/bin:/sbin:/bin"):
+        pytest.skip(f"{tool} is not installed", allow_module_level=True)
+
+from .conftest import LAB, ctk
+
+def test_lab_image_builds_and_verifies(lab_build):
+    assert lab_build["image"] == "lab"
+    assert lab_build["built"] == ["common", "munge", "slurm", "jax"]
+    assert "passed" in lab_build["verified"] and "failed" not in lab_build["verified"]
+
+
+def test_second_build_is_a_pure_cache_hit(lab_build, state, tmp_path):
+    # No Packer, no Ansible on PATH: if the build tried to run either, it would fail.
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    for tool in ("unshare", "mount", "debootstrap", "du"):
+        p = shutil.which(tool, path="/usr/sbin:/usr/bin:/sbin:/bin")
+        if p:
+            (bare / tool).symlink_to(p)
+    r = ctk("image", "build", LAB, "--no-verify", "--json", env={"CTK_STATE_DIR": state, "PATH": str(bare)})
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)[0]
+    assert res["built"] == [] and res["cached"] == ["common", "munge", "slurm", "jax"]
+    assert res["layers"] == lab_build["layers"]
+
+
+def test_changing_only_the_stack_pin_rebuilds_only_the_jax_layer(lab_build, state, tmp_path):
+    stacks = yaml.safe_load(open(os.path.join(ROOT, "images", "stacks.yaml")))
+    pins = stacks["stacks"]["jax-cpu"]["pins"]
+    assert pins["chex"] != "0.1.91"
+    pins["chex"] = "0.1.91"  # an older chex that works with the same jax
+    path = tmp_path / "stacks.yaml"
+    path.write_text(yaml.safe_dump(stacks))
+    spec = ImageSpec(name="lab-chex", module_id="lab_image")
+    r = build_image(spec, Store(state), Progress(quiet=True), stacks_path=str(path))
+    assert r.built == ["jax"] and r.cached == ["common", "munge", "slurm"]
+    assert r.layers[:-1] == lab_build["layers"][:-1] and r.layers[-1] != lab_build["layers"][-1]
+    v = verify_image("lab-chex", Store(state), Progress(quiet=True))
+    assert v.passed > 0
+
+
+def test_failing_role_is_named_and_never_cached(lab_build, state, tmp_path, monkeypatch):
+    ansible = tmp_path / "ansible"
+    shutil.copytree(os.path.join(ROOT, "ansible"), ansible)
+    tasks = ansible / "roles" / "flaky" / "tasks"
+    tasks.mkdir(parents=True)
+    (tasks / "main.yml").write_text(
+        "- name: Write a marker\n  ansible.builtin.copy:\n    dest: /etc/flaky-marker\n    content: ok\n    mode: '0644'\n"
+        "- name: Fail on purpose\n  ansible.builtin.command: /bin/false\n  changed_when: false\n"
+        "  when: not (flaky_fixed | default(false))\n")
+    monkeypatch.setenv("CTK_ANSIBLE_DIR", str(ansible))
+    store = Store(state)
+    before = set(store.all_layers())
+    spec = ImageSpec(name="flaky", module_id="x", roles=["common", "munge", "flaky"])
+    with pytest.raises(ImageBuildError) as e:
+        build_image(spec, store, Progress(quiet=True))
+    msg = str(e.value)
+    assert "layer 'flaky'" in msg and "task 'Fail on purpose'" in msg and "/bin/false" in msg
+    new = set(store.all_layers()) - before
+    assert new == set(), f"a failed build cached {new}"
+    assert store.image("flaky") is None
+    # Fixed, the next build resumes from the last good layer: only the flaky layer runs.
+    (tasks / "main.yml").write_text((tasks / "main.yml").read_text().replace(
+        "not (flaky_fixed | default(false))", "false"))
+    r = build_image(spec, store, Progress(quiet=True))
+    assert r.built == ["flaky"] and r.cached == ["common", "munge"]
+
+
+def test_roles_are_idempotent_on_the_built_image(lab_build, state):
+    """Each role applied a second time, over SSH into a node booted from the finished image,
+    changes nothing."""
+    from ctk.images.build import rerun_roles
+    recaps = rerun_roles("lab", Store(state), Progress(quiet=True))
+    assert set(recaps) == {"common", "munge", "slurm", "jax"}
+    for role, (ok, changed) in recaps.items():
+        assert ok > 0 and changed == 0, f"role {role}: changed={changed} on a second run"
+
+
+def test_exports(lab_build, state, tmp_path):
+    env = {"CTK_STATE_DIR": state}
+    r = ctk("image", "export", "lab", "--format", "tar", "-o", str(tmp_path / "lab.tar.zst"), env=env)
+    assert r.returncode == 0, r.stderr
+    names = subprocess.run(f"zstd -dc {tmp_path}/lab.tar.zst | tar -t", shell=True, capture_output=True,
+                           text=True, check=True).stdout.split()
+    assert "./usr/sbin/slurmd" in names and "./opt/ctk/jax/bin/python" in names
+    r = ctk("image", "export", "lab", "--format", "ext4", "-o", str(tmp_path / "lab.ext4"), env=env)
+    assert r.returncode == 0, r.stderr
+    fsck = subprocess.run(["e2fsck", "-fn", str(tmp_path / "lab.ext4")], capture_output=True, text=True)
+    assert fsck.returncode == 0, fsck.stdout
+    listing = subprocess.run(["debugfs", "-R", "ls -l /usr/sbin", str(tmp_path / "lab.ext4")],
+                             capture_output=True, text=True).stdout
+    assert "slurmctld" in listing
+    r = ctk("image", "export", "lab", "--format", "dir", "-o", str(tmp_path / "labdir"), env=env)
+    assert r.returncode == 0 and (tmp_path / "labdir" / "etc" / "munge").is_dir()
+    if shutil.which("buildah"):
+        r = ctk("image", "export", "lab", "--format", "oci", "-o", str(tmp_path / "lab.oci.tar"), env=env)
+        assert r.returncode == 0, r.stderr
+        index = subprocess.run(["tar", "-xOf", str(tmp_path / "lab.oci.tar"), "index.json"],
+                               capture_output=True, text=True, check=True).stdout
+        assert json.loads(index)["manifests"]
+    assert "ctk" not in open("/proc/mounts").read()  # nothing left mounted
