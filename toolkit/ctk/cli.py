@@ -8,6 +8,7 @@ import os
 import sys
 
 from . import __version__
+from .blueprint.errors import UserError as UserError_
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
@@ -57,6 +58,35 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--out", metavar="DIR", help="folder to write (default: ./DEPLOYMENT_NAME)")
     p.add_argument("-w", "--overwrite", action="store_true", help="replace an existing deployment folder")
 
+    p = sub.add_parser("deploy", help="build the images and bring the cluster up (local target: this machine)",
+                       description="Create or update the deployment folder, build or reuse the images, and "
+                       "boot one lab node per Slurm node (controller, computes, login) on this machine. "
+                       "Re-running it is idempotent: unchanged nodes keep running, a changed partition "
+                       "layout is applied with `scontrol reconfigure`, a dead node is brought back.")
+    _bp_args(p)
+    p.add_argument("-o", "--out", metavar="DIR", help="deployment folder (default: ./DEPLOYMENT_NAME)")
+    p.add_argument("--max-nodes", type=int, default=None, metavar="N",
+                   help="cap each nodeset at N nodes on the local target (default: 4)")
+    p.add_argument("-q", "--quiet", action="store_true", help="print only the result")
+    p.add_argument("--json", action="store_true", help="machine-readable result")
+
+    p = sub.add_parser("status", help="nodes and partitions of a deployed lab cluster")
+    p.add_argument("dir", nargs="?", default=".", help="deployment folder (default: .)")
+    p.add_argument("--json", action="store_true", help="machine-readable status")
+
+    p = sub.add_parser("destroy", help="stop every daemon of a lab cluster and free its addresses and ports")
+    p.add_argument("dir", help="deployment folder")
+
+    p = sub.add_parser("exec", help="run a command inside a node of a lab cluster",
+                       usage="ctk exec DIR NODE -- CMD [ARG...]")
+    p.add_argument("dir", help="deployment folder")
+    p.add_argument("node", help="node name (see ctk status)")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="command to run (after --)")
+
+    p = sub.add_parser("env", help="print exports that point the host's sbatch/srun/squeue at a lab cluster",
+                       description='Use as: eval "$(ctk env DIR)"')
+    p.add_argument("dir", help="deployment folder")
+
     img = sub.add_parser("image", help="build, test, list and export node images",
                          description="Node images are built locally as cached layers (debootstrap base, "
                          "then one layer per Ansible role, each applied by Packer over SSH into a build "
@@ -99,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.cmd == "image":
             return _image(args, ap)
+        if args.cmd in ("status", "destroy", "exec", "env"):
+            return _lab(args)
         return _run(args)
     except BlueprintErrors as e:
         if getattr(args, "json", False):
@@ -122,6 +154,53 @@ def main(argv: list[str] | None = None) -> int:
 def _warn(exp) -> None:
     for w in exp.warnings:
         print(w.render(getattr(exp, "sources", {})).replace(": error: ", ": warning: ", 1), file=sys.stderr)
+
+
+def _lab(args) -> int:
+    from .cluster import local
+
+    if args.cmd == "status":
+        st = local.status_local(args.dir)
+        sys.stdout.write(json.dumps(st, indent=2) + "\n" if args.json else local.format_status(st))
+        return EXIT_OK if st["controller_reachable"] and all(x["running"] for x in st["nodes"]) else EXIT_FAIL
+    if args.cmd == "destroy":
+        stopped = local.destroy_local(args.dir)
+        print(f"destroyed {args.dir}: stopped {len(stopped)} node(s)")
+        return EXIT_OK
+    if args.cmd == "exec":
+        cmd = args.command[1:] if args.command[:1] == ["--"] else args.command
+        if not cmd:
+            raise UserError_("ctk exec: no command given\n  hint: ctk exec DIR NODE -- hostname")
+        return local.exec_local(args.dir, args.node, cmd)
+    if args.cmd == "env":
+        sys.stdout.write(local.env_local(args.dir))
+        return EXIT_OK
+    raise AssertionError(args.cmd)
+
+
+def _deploy(args, exp) -> int:
+    from . import deployfolder
+    from .cluster import local
+    from .progress import Progress
+
+    dep = exp.deployment
+    out = args.out or os.path.join(".", dep.deployment_name)
+    if dep.target != "local":
+        raise UserError_(f"target {dep.target!r} is not deployable yet; use the local target")
+    progress = Progress(quiet=args.quiet or args.json)
+    with local.deployment_lock(out):
+        deployfolder.update(exp, dep, out)
+        res = local.deploy_local(dep, out, max_nodes=args.max_nodes or local.DEFAULT_MAX_NODES, progress=progress)
+    if args.json:
+        print(json.dumps(vars(res), indent=2))
+        return EXIT_OK
+    total = len(res.booted) + len(res.restarted) + len(res.kept)
+    print(f"{dep.deployment_name}: {total} node(s) up in {res.seconds:.1f}s "
+          f"(booted {len(res.booted)}, restarted {len(res.restarted)}, unchanged {len(res.kept)}"
+          + (", reconfigured" if res.reconfigured else "") + ")")
+    print(f'use it:   eval "$(ctk env {out})"; sinfo; srun -N2 hostname')
+    print(f"stop it:  ctk destroy {out}")
+    return EXIT_OK
 
 
 def _image(args, ap) -> int:
@@ -194,6 +273,8 @@ def _run(args) -> int:
             from .report import show
             sys.stdout.write(show(dep, args.target))
         return EXIT_OK
+    if args.cmd == "deploy":
+        return _deploy(args, exp)
     if args.cmd == "create":
         from .deployfolder import create
         out = args.out or os.path.join(".", dep.deployment_name)

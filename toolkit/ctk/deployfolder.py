@@ -48,6 +48,9 @@ def create(exp: Expanded, dep: Deployment, out_dir: str, overwrite: bool = False
         if not os.path.exists(os.path.join(out_dir, "deployment.json")) and os.listdir(out_dir):
             raise UserError(f"{out_dir} is not a ctk deployment folder (no deployment.json); "
                             "not overwriting it")
+        if os.path.exists(os.path.join(out_dir, "lab", "state.json")):
+            raise UserError(f"{out_dir} has a lab cluster deployed from it\n"
+                            f"  hint: `ctk deploy` updates it in place; `ctk destroy {out_dir}` stops it first")
     stage = atomic.staging_dir(out_dir)
     try:
         for rel, text in artifacts(exp, dep).items():
@@ -68,3 +71,29 @@ def create(exp: Expanded, dep: Deployment, out_dir: str, overwrite: bool = False
         shutil.rmtree(stage, ignore_errors=True)
         raise
     return out_dir
+
+
+def update(exp: Expanded, dep: Deployment, out_dir: str) -> list[str]:
+    """Write the generated files into an existing (possibly running) deployment folder, each
+    atomically, leaving runtime state alone; returns the files that changed."""
+    if os.path.isdir(out_dir) and os.listdir(out_dir) and not os.path.exists(os.path.join(out_dir, "deployment.json")) \
+            and not os.path.exists(os.path.join(out_dir, ".ctk.lock")):
+        raise UserError(f"{out_dir} is not a ctk deployment folder (no deployment.json); not writing into it")
+    changed = []
+    for rel, text in artifacts(exp, dep).items():
+        path = os.path.join(out_dir, rel)
+        try:
+            if open(path).read() == text:
+                continue
+        except FileNotFoundError:
+            pass
+        atomic.write_file(path, text)
+        changed.append(rel)
+    for rel, src in exp.staged.items():
+        dest = os.path.join(out_dir, rel)
+        if os.path.isdir(src):
+            shutil.copytree(src, dest, dirs_exist_ok=True)
+        else:
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
+            shutil.copy2(src, dest)
+    return changed

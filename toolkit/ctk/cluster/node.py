@@ -23,6 +23,7 @@ class Service:
     name: str
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
+    user: str = ""  # run as this user of the image (default: root)
 
 
 @dataclass
@@ -63,6 +64,15 @@ def node_pid(state_dir: str) -> int | None:
     return pid if b"ctk.cluster.nodeinit" in cmdline else None
 
 
+def dead_services(state_dir: str) -> list[str]:
+    """Services of a running node that have exited (a killed slurmd, a crashed munged)."""
+    try:
+        with open(os.path.join(state_dir, "services.json")) as f:
+            return sorted(k for k, v in json.load(f).items() if not v.get("running"))
+    except (OSError, ValueError):
+        return []
+
+
 def boot(spec: NodeSpec, timeout: float = 30.0) -> int:
     """Start the node in the background and wait until its services have been launched."""
     if node_pid(spec.state_dir):
@@ -70,8 +80,9 @@ def boot(spec: NodeSpec, timeout: float = 30.0) -> int:
     for d in (spec.state_dir, spec.logdir):
         os.makedirs(d, exist_ok=True)
     pid_file = _pid_file(spec.state_dir)
-    if os.path.exists(pid_file):
-        os.unlink(pid_file)
+    for stale in (pid_file, os.path.join(spec.state_dir, "services.json")):
+        if os.path.exists(stale):
+            os.unlink(stale)
     d = asdict(spec)
     d.update(root=spec.root, upper=spec.upper, work=os.path.join(spec.state_dir, "work"),
              logdir=spec.logdir, ready_file=pid_file)

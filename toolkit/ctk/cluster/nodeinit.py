@@ -82,15 +82,29 @@ def _ids(root: str, owner: str) -> tuple[int, int]:
 def start(root: str, svc: dict, logdir: str) -> subprocess.Popen:
     log = open(os.path.join(logdir, f"{svc['name']}.log"), "ab")
 
+    ids = _ids(root, svc["user"]) if svc.get("user") else None
+
     def enter():
         os.chroot(root)
         os.chdir("/")
+        if ids:  # drop to the service's user, as its own init script would
+            os.setgroups([])
+            os.setgid(ids[1])
+            os.setuid(ids[0])
 
     env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root",
            "LANG": "C.UTF-8", **svc.get("env", {})}
     _log(f"starting {svc['name']}: {' '.join(svc['argv'])}")
     return subprocess.Popen(svc["argv"], preexec_fn=enter, stdout=log, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL, env=env)
+
+
+def _write_status(spec: dict, status: dict) -> None:
+    """Which services are alive, for `ctk status` and for re-deploy to notice a dead daemon."""
+    path = os.path.join(os.path.dirname(spec["ready_file"]), "services.json")
+    with open(path + ".tmp", "w") as f:
+        json.dump(status, f)
+    os.replace(path + ".tmp", path)
 
 
 def main(path: str) -> int:
@@ -110,11 +124,16 @@ def main(path: str) -> int:
         _log(f"setup failed: {e}")
         return 1
     procs: dict[int, dict] = {}
+    status: dict[str, dict] = {}
     for svc in spec.get("services", []):
         try:
-            procs[start(root, svc, spec["logdir"]).pid] = svc
+            pid = start(root, svc, spec["logdir"]).pid
+            procs[pid] = svc
+            status[svc["name"]] = {"running": True}
         except OSError as e:
             _log(f"cannot start {svc['name']}: {e}")
+            status[svc["name"]] = {"running": False, "error": str(e)}
+    _write_status(spec, status)
     with open(spec["ready_file"] + ".tmp", "w") as f:
         # Our pid as the host sees it (the host's /proc is still mounted at /proc here),
         # so that ctk can signal and nsenter this node.
@@ -122,11 +141,15 @@ def main(path: str) -> int:
     os.replace(spec["ready_file"] + ".tmp", spec["ready_file"])
     while not stopping:
         try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
+            pid, wstatus = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
             pid = 0
         if pid and pid in procs:
-            _log(f"{procs.pop(pid)['name']} exited with status {os.waitstatus_to_exitcode(status)}")
+            name = procs.pop(pid)["name"]
+            code = os.waitstatus_to_exitcode(wstatus)
+            _log(f"{name} exited with status {code}")
+            status[name] = {"running": False, "exit": code}
+            _write_status(spec, status)
         if not pid:
             time.sleep(0.2)
     _log("stopping")

@@ -9,6 +9,7 @@ Errors name the file, the line and the stack.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -229,7 +230,7 @@ def load_stacks(path: str | Path | None = None, check: bool = True) -> dict[str,
     With check (the default), every stack must pass check_stack; all problems in the file
     are reported together.
     """
-    path = Path(path) if path is not None else DEFAULT_PATH
+    path = Path(path) if path is not None else default_path()
     doc = load_file(str(path))
     c = Collector()
     top = doc.value
@@ -255,11 +256,16 @@ def load_stacks(path: str | Path | None = None, check: bool = True) -> dict[str,
     return stacks
 
 
+def default_path() -> Path:
+    """The catalog ctk uses: CTK_STACKS when set (a site's own pins), else images/stacks.yaml."""
+    return Path(os.environ["CTK_STACKS"]) if os.environ.get("CTK_STACKS") else DEFAULT_PATH
+
+
 def get_stack(name: str, path: str | Path | None = None) -> Stack:
     """One checked stack by name, or a UserError listing the names there are."""
     stacks = load_stacks(path)
     if name not in stacks:
         hint = did_you_mean(name, stacks) or f"known stacks: {', '.join(sorted(stacks))}"
-        where = Path(path) if path is not None else DEFAULT_PATH
+        where = Path(path) if path is not None else default_path()
         raise UserError(f"{where}: no stack named '{name}' ({hint})")
     return stacks[name]

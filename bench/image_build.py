@@ -1,0 +1,61 @@
+"""Image build benchmark: full build, no-op rebuild, and a rebuild after changing only the
+stack pin, measured side by side in one run on a fresh layer store.
+
+    .venv/bin/python bench/image_build.py [--keep]
+
+Targets (issue 3): no-op rebuild <= 3 s; stack-only rebuild <= 25 % of the full build.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import yaml
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LAB = os.path.join(ROOT, "blueprints", "lab.yaml")
+
+
+def timed_build(state: str, blueprint: str, stacks: str | None = None) -> tuple[float, dict]:
+    env = {**os.environ, "CTK_STATE_DIR": state}
+    if stacks:
+        env["CTK_STACKS"] = stacks
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, "-m", "ctk", "image", "build", blueprint, "--no-verify", "--json"],
+                       capture_output=True, text=True, env=env)
+    dt = time.monotonic() - t0
+    if r.returncode != 0:
+        sys.exit(f"build failed:\n{r.stderr[-3000:]}")
+    return dt, json.loads(r.stdout)[0]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--keep", action="store_true", help="keep the layer store afterwards")
+    args = ap.parse_args()
+    state = tempfile.mkdtemp(prefix="ctk-bench-")
+    try:
+        full, r1 = timed_build(state, LAB)
+        noop, r2 = timed_build(state, LAB)
+        stacks = yaml.safe_load(open(os.path.join(ROOT, "images", "stacks.yaml")))
+        stacks["stacks"]["jax-cpu"]["pins"]["chex"] = "0.1.91"
+        path = os.path.join(state, "stacks-bench.yaml")
+        with open(path, "w") as f:
+            yaml.safe_dump(stacks, f)
+        stack_only, r3 = timed_build(state, LAB, path)
+    finally:
+        if not args.keep:
+            shutil.rmtree(state, ignore_errors=True)
+    print(f"full build (debootstrap + 4 role layers): {full:7.1f} s   built={r1['built']}")
+    print(f"no-op rebuild:                            {noop:7.2f} s   built={r2['built']}  (target <= 3 s)")
+    print(f"stack-pin-only rebuild:                   {stack_only:7.1f} s   built={r3['built']}")
+    print(f"stack-only / full:                        {stack_only / full:7.1%}   (target <= 25 %)")
+
+
+if __name__ == "__main__":
+    main()

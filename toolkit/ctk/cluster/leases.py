@@ -1,0 +1,86 @@
+"""Loopback subnets and ports for lab clusters, leased per deployment folder.
+
+Deployment number N (1..249) owns the addresses 127.0.N.1-254 and the TCP ports
+PORT_BASE + 64*N .. +63. The registry lives in the state dir, under a lock, so two
+deployments never share addresses or ports; `ctk destroy` releases the lease.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import socket
+from contextlib import contextmanager
+
+from ..blueprint.errors import UserError
+
+PORT_BASE = 20000
+PORTS_PER_LEASE = 64
+MAX_LEASES = 249
+
+
+def _registry_dir() -> str:
+    from ..images.store import state_dir
+    d = os.path.join(state_dir(), "lab")
+    os.makedirs(d, exist_ok=True)
+    return d
+
+
+@contextmanager
+def _locked():
+    d = _registry_dir()
+    with open(os.path.join(d, "leases.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        path = os.path.join(d, "leases.json")
+        try:
+            leases = json.load(open(path))
+        except (FileNotFoundError, ValueError):
+            leases = {}
+        yield leases
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(leases, f, indent=1, sort_keys=True)
+        os.replace(tmp, path)
+
+
+def _ports_free(n: int) -> bool:
+    base = PORT_BASE + PORTS_PER_LEASE * n
+    for port in (base, base + 1, base + PORTS_PER_LEASE - 1):
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is not "in use"
+            try:
+                s.bind(("0.0.0.0", port))
+            except OSError:
+                return False
+    return True
+
+
+def lease(deployment_dir: str) -> int:
+    """The deployment's number N, leasing a free one the first time."""
+    key = os.path.realpath(deployment_dir)
+    with _locked() as leases:
+        if key in leases:
+            return leases[key]
+        taken = set(leases.values())
+        for n in range(1, MAX_LEASES + 1):
+            if n not in taken and _ports_free(n):
+                leases[key] = n
+                return n
+    raise UserError(f"no free lab subnet: {MAX_LEASES} deployments are up\n  hint: ctk destroy one of them")
+
+
+def release(deployment_dir: str) -> None:
+    key = os.path.realpath(deployment_dir)
+    with _locked() as leases:
+        leases.pop(key, None)
+
+
+def addr(n: int, host: int) -> str:
+    return f"127.0.{n}.{host}"
+
+
+def port(n: int, i: int) -> int:
+    if not 0 <= i < PORTS_PER_LEASE:
+        raise UserError(f"a lab cluster has at most {PORTS_PER_LEASE - 2} nodes")
+    return PORT_BASE + PORTS_PER_LEASE * n + i

@@ -1,0 +1,506 @@
+"""The local target: a real Slurm cluster on this machine, booted from the built images.
+
+Every Slurm node (controller, computes, login) is a lab node (see node.py) with its own
+hostname, loopback address and ports; munged runs in each with the cluster's key,
+slurmctld on the controller, slurmd on the computes. A shared folder is /home on every
+node, as NFS is on a real cluster. The runtime state lives in the deployment folder:
+
+    lab/state.json         nodes, addresses, ports, what each was booted with
+    lab/etc/               slurm.conf, gres.conf, cgroup.conf and hosts, as nodes see them
+    lab/host/slurm.conf    the same cluster, for the host's sbatch/srun/squeue (ctk env)
+    lab/secrets/           the munge key (0400, never printed)
+    lab/home/              /home on every node
+    lab/slurmctld/         slurmctld's saved state (jobs survive a controller restart)
+    lab/nodes/NAME/        each node's upper dir, logs and pid
+"""
+
+from __future__ import annotations
+
+import copy
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+
+from .. import atomic
+from ..blueprint.errors import UserError
+from ..images.build import build_image
+from ..images.store import Store
+from ..model import Deployment, ImageSpec
+from ..progress import Progress
+from . import leases
+from . import node as nodes
+from .daemons import DaemonError, start_munged
+from .hostlist import compress
+from .slurmconf import NodeLayout, render_cgroup_conf, render_gres_conf, render_slurm_conf
+
+DEFAULT_MAX_NODES = 4  # per nodeset: fits 2 cores and 24 GiB with room to spare
+DEFAULT_IMAGE = ImageSpec(name="ctk-local", module_id="", base="debian-12",
+                          roles=["common", "munge", "slurm", "jax"], stack="jax-cpu")
+GPU_DIR_IN_NODE = "/etc/ctk-gpus"
+MUNGE_KEY_IN_NODE = "ctk/munge.key"  # under /run (tmpfs)
+
+
+@dataclass
+class LabNode:
+    name: str
+    role: str  # controller | compute | login
+    addr: str
+    port: int
+    image: str
+    nodeset: str = ""
+
+
+@dataclass
+class LabPlan:
+    n: int
+    dep: Deployment  # scaled down
+    nodes: list[LabNode]
+    images: list[ImageSpec]
+    notes: list[str] = field(default_factory=list)
+
+    def node(self, name: str) -> LabNode | None:
+        return next((x for x in self.nodes if x.name == name), None)
+
+    @property
+    def controller(self) -> LabNode:
+        return next(x for x in self.nodes if x.role == "controller")
+
+
+def lab_dir(deployment_dir: str) -> str:
+    return os.path.join(deployment_dir, "lab")
+
+
+# ---- planning (pure) -------------------------------------------------------------------
+
+def scale(dep: Deployment, max_nodes: int) -> tuple[Deployment, list[str]]:
+    """A copy of the deployment with every nodeset capped at `max_nodes` nodes (all static)."""
+    out = copy.deepcopy(dep)
+    notes = []
+    for ns in out.nodesets:
+        want = ns.node_count
+        have = min(want, max_nodes)
+        if have < want:
+            notes.append(f"nodeset {ns.name}: {want} nodes capped to {have} (--max-nodes {max_nodes})")
+        if ns.node_count_dynamic_max and have:
+            notes.append(f"nodeset {ns.name}: dynamic nodes run as static nodes on the local target")
+        ns.node_count_static, ns.node_count_dynamic_max = have, 0
+        if ns.gpu_count:
+            notes.append(f"nodeset {ns.name}: {ns.gpu_count} x {ns.gpu_type.upper()} per node emulated "
+                         "as Slurm gres (no devices)")
+        if ns.tpu_type:
+            notes.append(f"nodeset {ns.name}: TPU {ns.tpu_type} hosts run as CPU nodes")
+    for lg in out.logins:
+        if lg.count > 1:
+            notes.append(f"login {lg.name}: {lg.count} instances reduced to 1")
+            lg.count = 1
+    return out, notes
+
+
+def _local_images(dep: Deployment, notes: list[str]) -> tuple[list[ImageSpec], dict[str, str]]:
+    """Images to build here, and for each image name the name of the one that replaces it."""
+    images, names = [], {}
+    for img in dep.images:
+        if img.base == "debian-12":
+            images.append(img)
+            names[img.name] = img.name
+        else:
+            notes.append(f"image {img.name} ({img.base}) is built on the gcp target; "
+                         f"local nodes boot {DEFAULT_IMAGE.name} (debian-12, {DEFAULT_IMAGE.stack})")
+            names[img.name] = DEFAULT_IMAGE.name
+    return images, names
+
+
+def plan_lab(dep: Deployment, n: int, max_nodes: int = DEFAULT_MAX_NODES) -> LabPlan:
+    if dep.controller is None:
+        raise UserError("the blueprint has no Slurm controller: nothing to deploy on the local target")
+    scaled, notes = scale(dep, max_nodes)
+    images, names = _local_images(scaled, notes)
+    default = images[0].name if images else DEFAULT_IMAGE.name
+    if not images or any(v == DEFAULT_IMAGE.name for v in names.values()) or any(
+            (x.image or default) not in names and x.image for x in scaled.nodesets):
+        if DEFAULT_IMAGE.name not in [i.name for i in images]:
+            images.append(DEFAULT_IMAGE)
+
+    def image_of(name: str | None) -> str:
+        if name is None:
+            return default
+        if name not in names:
+            notes.append(f"image {name!r} is not declared in the blueprint; using {default}")
+            names[name] = default
+        return names[name]
+
+    nodes_: list[LabNode] = [LabNode(scaled.controller.hostname, "controller", leases.addr(n, 1),
+                                     leases.port(n, 0), image_of(scaled.controller.image))]
+    host = 2
+    for ns in scaled.nodesets:
+        for name in ns.node_names():
+            nodes_.append(LabNode(name, "compute", leases.addr(n, host), leases.port(n, host - 1),
+                                  image_of(ns.image), ns.name))
+            host += 1
+    for lg in scaled.logins:
+        for name in lg.node_names():
+            nodes_.append(LabNode(name, "login", leases.addr(n, host), leases.port(n, host - 1), image_of(lg.image)))
+            host += 1
+    leases.port(n, host)  # raises when the cluster is too big for one lease
+    return LabPlan(n, scaled, nodes_, images, notes)
+
+
+def layout(plan: LabPlan, host_munge_socket: str | None = None) -> NodeLayout:
+    computes = [x for x in plan.nodes if x.role == "compute"]
+    return NodeLayout(
+        controller_addr=plan.controller.addr, controller_port=plan.controller.port,
+        node_addr={x.name: x.addr for x in computes}, node_port={x.name: x.port for x in computes},
+        state_dir="/var/spool/slurmctld", spool_dir="/var/spool/slurmd", log_dir="/var/log/slurm",
+        pid_dir="/run", slurm_user="root", controller_host=plan.controller.name,
+        slurmd_port=leases.port(plan.n, leases.PORTS_PER_LEASE - 1), munge_socket=host_munge_socket,
+        gpu_dev_dir=GPU_DIR_IN_NODE)
+
+
+def lab_files(plan: LabPlan, ldir: str) -> dict[str, str]:
+    """Every generated file of the lab, by path relative to lab/ (pure)."""
+    lay = layout(plan)
+    host_lay = layout(plan, os.path.join(os.path.abspath(ldir), "host-munge", "munge.sock"))
+    hosts = "127.0.0.1 localhost\n" + "".join(f"{x.addr} {x.name}\n" for x in plan.nodes)
+    files = {"etc/slurm/slurm.conf": render_slurm_conf(plan.dep, layout=lay),
+             "etc/slurm/cgroup.conf": render_cgroup_conf(plan.dep, layout=lay),
+             "etc/hosts": hosts,
+             "host/slurm.conf": render_slurm_conf(plan.dep, layout=host_lay)}
+    if any(ns.gpu_count for ns in plan.dep.nodesets):
+        files["etc/slurm/gres.conf"] = render_gres_conf(plan.dep, layout=lay)
+        files["host/gres.conf"] = files["etc/slurm/gres.conf"]
+    files["host/cgroup.conf"] = files["etc/slurm/cgroup.conf"]
+    return files
+
+
+def node_spec(plan: LabPlan, x: LabNode, ldir: str, lowerdirs: list[str]) -> nodes.NodeSpec:
+    services = [nodes.Service("munged", ["/usr/sbin/munged", "--foreground",
+                                         f"--key-file=/run/{MUNGE_KEY_IN_NODE}"], user="munge")]
+    if x.role == "controller":
+        services.append(nodes.Service("slurmctld", ["/usr/sbin/slurmctld", "-D", "-i"]))
+    elif x.role == "compute":
+        services.append(nodes.Service("slurmd", ["/usr/sbin/slurmd", "-D", "-N", x.name]))
+    binds = [{"src": os.path.join(ldir, "etc", "slurm"), "dest": "/etc/slurm", "ro": True},
+             {"src": os.path.join(ldir, "etc", "hosts"), "dest": "/etc/hosts", "ro": True},
+             {"src": os.path.join(ldir, "home"), "dest": "/home"},
+             {"src": os.path.join(ldir, "gpus"), "dest": GPU_DIR_IN_NODE, "ro": True}]
+    if x.role == "controller":
+        binds.append({"src": os.path.join(ldir, "slurmctld"), "dest": "/var/spool/slurmctld"})
+    return nodes.NodeSpec(
+        hostname=x.name, state_dir=os.path.join(ldir, "nodes", x.name), lowerdirs=lowerdirs,
+        services=services, binds=binds,
+        run_files={MUNGE_KEY_IN_NODE: {"src": os.path.join(ldir, "secrets", "munge.key"), "mode": "0400",
+                                       "owner": "munge"}},
+        run_dirs=[{"path": "munge", "mode": "0755", "owner": "munge"}])
+
+
+def spec_hash(spec: nodes.NodeSpec, conf_files: dict[str, str]) -> str:
+    """What a node was booted with; a change means it must be restarted."""
+    d = asdict(spec)
+    return hashlib.sha256(json.dumps([d, conf_files.get("etc/hosts")], sort_keys=True).encode()).hexdigest()[:16]
+
+
+# ---- side effects --------------------------------------------------------------------------
+
+@contextmanager
+def deployment_lock(deployment_dir: str):
+    """Two deploys (or a deploy and a destroy) of one deployment never interleave."""
+    os.makedirs(deployment_dir, exist_ok=True)
+    with open(os.path.join(deployment_dir, ".ctk.lock"), "w") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise UserError(f"another ctk command is working on {deployment_dir}; wait for it to finish") from None
+        yield
+
+
+def load_state(deployment_dir: str) -> dict | None:
+    try:
+        with open(os.path.join(lab_dir(deployment_dir), "state.json")) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return None
+
+
+def _save_state(deployment_dir: str, state: dict) -> None:
+    atomic.write_file(os.path.join(lab_dir(deployment_dir), "state.json"), json.dumps(state, indent=1) + "\n")
+
+
+def _write_if_changed(path: str, text: str, mode: int = 0o644) -> bool:
+    try:
+        if open(path).read() == text:
+            return False
+    except FileNotFoundError:
+        pass
+    atomic.write_file(path, text, mode)
+    return True
+
+
+def _munge_key(ldir: str) -> str:
+    d = os.path.join(ldir, "secrets")
+    os.makedirs(d, mode=0o700, exist_ok=True)
+    os.chmod(d, 0o700)
+    key = os.path.join(d, "munge.key")
+    if not os.path.exists(key):
+        fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
+        with os.fdopen(fd, "wb") as f:
+            f.write(os.urandom(1024))
+    return key
+
+
+def host_munged_running(ldir: str) -> bool:
+    try:
+        pid = int(open(os.path.join(ldir, "host-munge", "munged.pid")).read())
+        return b"munged" in open(f"/proc/{pid}/cmdline", "rb").read()
+    except (OSError, ValueError):
+        return False
+
+
+def _ensure_host_munged(ldir: str, key: str) -> None:
+    """A munged on the host with the cluster's key, for the host's sbatch/srun/squeue."""
+    if not host_munged_running(ldir):
+        start_munged(os.path.join(ldir, "host-munge"), key_file=key, force=True)
+
+
+def slurm_env(deployment_dir: str) -> dict[str, str]:
+    return {"SLURM_CONF": os.path.join(os.path.abspath(lab_dir(deployment_dir)), "host", "slurm.conf")}
+
+
+def slurm(deployment_dir: str, *argv: str, timeout: float = 30, check: bool = True) -> subprocess.CompletedProcess:
+    """Run a Slurm client command on the host against the lab."""
+    r = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout,
+                       env={**os.environ, **slurm_env(deployment_dir)})
+    if check and r.returncode != 0:
+        raise DaemonError(f"{' '.join(argv)} failed ({r.returncode}): {r.stderr.strip()}")
+    return r
+
+
+def node_states(deployment_dir: str) -> dict[str, str]:
+    """Slurm's state of every node (idle, alloc, down*, ...), or {} if slurmctld is unreachable."""
+    r = slurm(deployment_dir, "sinfo", "-h", "-N", "-o", "%N %T", timeout=15, check=False)
+    if r.returncode != 0:
+        return {}
+    return dict(line.split(None, 1) for line in r.stdout.splitlines() if line.strip())
+
+
+def _wait_ready(deployment_dir: str, plan: LabPlan, timeout: float, progress: Progress) -> None:
+    computes = [x.name for x in plan.nodes if x.role == "compute"]
+    deadline = time.time() + timeout
+    states: dict[str, str] = {}
+    while time.time() < deadline:
+        states = node_states(deployment_dir)
+        not_ready = [n for n in computes if states.get(n, "?").rstrip("*~#!%$@^-") not in
+                     ("idle", "allocated", "mixed", "completing")]
+        if states and not not_ready:
+            return
+        if states:
+            progress.task(f"waiting for {len(not_ready)} node(s): "
+                          + ", ".join(f"{n}={states.get(n, '?')}" for n in not_ready[:4]))
+        time.sleep(0.3)
+    raise DaemonError("nodes did not become idle in time: "
+                      + ", ".join(f"{n}={states.get(n, 'unknown')}" for n in computes))
+
+
+@dataclass
+class DeployResult:
+    deployment_dir: str
+    booted: list[str]
+    restarted: list[str]
+    kept: list[str]
+    stopped: list[str]
+    reconfigured: bool
+    notes: list[str]
+    seconds: float
+
+
+def deploy_local(dep: Deployment, deployment_dir: str, *, max_nodes: int = DEFAULT_MAX_NODES,
+                 progress: Progress | None = None, store: Store | None = None,
+                 ready_timeout: float = 60.0) -> DeployResult:
+    """Bring the lab cluster to the state the deployment describes; idempotent."""
+    progress = progress or Progress()
+    t0 = time.monotonic()
+    ldir = os.path.abspath(lab_dir(deployment_dir))
+    n = leases.lease(deployment_dir)
+    plan = plan_lab(dep, n, max_nodes)
+    for note in plan.notes:
+        progress.say(f"note: {note}")
+    store = store or Store()
+    layers: dict[str, list[str]] = {}
+    for img in plan.images:
+        rec = store.image(img.name)
+        if rec is None or not all(store.has(k) for k in rec["layers"]) or rec["spec"] != asdict(img):
+            build_image(img, store, progress)
+            rec = store.image(img.name)
+        layers[img.name] = rec["layers"]
+
+    old = load_state(deployment_dir) or {}
+    started_now: list[str] = []
+    try:
+        for d in ("home", "slurmctld", "gpus", "nodes"):
+            os.makedirs(os.path.join(ldir, d), exist_ok=True)
+        os.chmod(os.path.join(ldir, "home"), 0o755)
+        max_gpus = max([ns.gpu_count for ns in plan.dep.nodesets] + [0])
+        for i in range(max_gpus):
+            link = os.path.join(ldir, "gpus", f"nvidia{i}")
+            if not os.path.islink(link):
+                os.symlink("/dev/null", link)
+        key = _munge_key(ldir)
+        files = lab_files(plan, ldir)
+        changed = [rel for rel, text in files.items() if _write_if_changed(os.path.join(ldir, rel), text)]
+        for rel in ("etc/slurm/gres.conf", "host/gres.conf"):
+            if rel not in files and os.path.exists(os.path.join(ldir, rel)):
+                os.unlink(os.path.join(ldir, rel))
+                changed.append(rel)
+        _ensure_host_munged(ldir, key)
+
+        old_nodes = {x["name"]: x for x in old.get("nodes", [])}
+        want = {x.name: x for x in plan.nodes}
+        node_set_changed = set(old_nodes) != set(want) or any(
+            (old_nodes[k]["addr"], old_nodes[k]["port"]) != (want[k].addr, want[k].port) for k in want if k in old_nodes)
+        conf_changed = any(rel.startswith("etc/slurm/") for rel in changed)
+
+        stopped = []
+        for name in old_nodes:
+            if name not in want:
+                nodes.stop(os.path.join(ldir, "nodes", name))
+                shutil.rmtree(os.path.join(ldir, "nodes", name), ignore_errors=True)
+                stopped.append(name)
+
+        booted, restarted, kept, records = [], [], [], []
+        # Slurm 22.05 adds or moves nodes only on a restart of its daemons; a change of
+        # partitions or limits needs no more than `scontrol reconfigure`.
+        order = sorted(plan.nodes, key=lambda x: {"controller": 0, "compute": 1, "login": 2}[x.role])
+        for x in order:
+            spec = node_spec(plan, x, ldir, store.lowerdirs(layers[x.image]))
+            h = spec_hash(spec, files)
+            running = nodes.node_pid(spec.state_dir) is not None
+            healthy = running and not nodes.dead_services(spec.state_dir)
+            prev = old_nodes.get(x.name, {})
+            if healthy and prev.get("hash") == h and not (node_set_changed and x.role != "login"):
+                kept.append(x.name)
+            else:
+                if running:
+                    nodes.stop(spec.state_dir)
+                    restarted.append(x.name)
+                else:
+                    booted.append(x.name)
+                progress.task(f"boot {x.role} {x.name} ({x.addr})")
+                nodes.boot(spec)
+                started_now.append(spec.state_dir)
+            records.append({**asdict(x), "hash": h})
+        reconfigured = False
+        if conf_changed and not node_set_changed and kept and any(r == plan.controller.name for r in kept):
+            slurm(deployment_dir, "scontrol", "reconfigure")
+            reconfigured = True
+        _save_state(deployment_dir, {"n": n, "deployment": dep.deployment_name, "nodes": records,
+                                     "notes": plan.notes, "max_nodes": max_nodes})
+        _wait_ready(deployment_dir, plan, ready_timeout, progress)
+    except BaseException:
+        # Stop what this run started; what was already running before stays as it was.
+        for sd in started_now:
+            nodes.stop(sd)
+        if not old:
+            _stop_all(deployment_dir)
+        raise
+    return DeployResult(deployment_dir, booted, restarted, kept, stopped, reconfigured, plan.notes,
+                        time.monotonic() - t0)
+
+
+def _stop_all(deployment_dir: str) -> list[str]:
+    ldir = lab_dir(deployment_dir)
+    stopped = []
+    nd = os.path.join(ldir, "nodes")
+    if os.path.isdir(nd):
+        for name in sorted(os.listdir(nd)):
+            if nodes.stop(os.path.join(nd, name)):
+                stopped.append(name)
+    pidf = os.path.join(ldir, "host-munge", "munged.pid")
+    if host_munged_running(ldir):
+        pid = int(open(pidf).read())
+        os.kill(pid, 15)
+        for _ in range(50):
+            if not os.path.exists(f"/proc/{pid}"):
+                break
+            time.sleep(0.05)
+    return stopped
+
+
+def destroy_local(deployment_dir: str) -> list[str]:
+    """Stop every daemon of the lab, free its addresses and ports, remove its runtime state
+    (the deployment folder's generated files stay)."""
+    if not os.path.isdir(deployment_dir):
+        raise UserError(f"no deployment folder {deployment_dir}")
+    stopped = _stop_all(deployment_dir)
+    shutil.rmtree(lab_dir(deployment_dir), ignore_errors=True)
+    leases.release(deployment_dir)
+    return stopped
+
+
+def status_local(deployment_dir: str) -> dict:
+    """Nodes (process and Slurm state) and partitions of a lab deployment."""
+    state = load_state(deployment_dir)
+    if state is None:
+        raise UserError(f"{deployment_dir} has no running lab (deploy it with: ctk deploy BLUEPRINT -o {deployment_dir})")
+    ldir = lab_dir(deployment_dir)
+    slurm_states = node_states(deployment_dir)
+    out_nodes = []
+    for x in state["nodes"]:
+        sd = os.path.join(ldir, "nodes", x["name"])
+        running = nodes.node_pid(sd) is not None
+        dead = nodes.dead_services(sd) if running else []
+        out_nodes.append({"name": x["name"], "role": x["role"], "addr": x["addr"], "image": x["image"],
+                          "running": running and not dead, "dead_services": dead,
+                          "slurm_state": slurm_states.get(x["name"]) if x["role"] == "compute" else None})
+    parts = []
+    r = slurm(deployment_dir, "sinfo", "-h", "-o", "%P|%a|%D|%T|%N|%G", timeout=15, check=False)
+    if r.returncode == 0:
+        for line in r.stdout.splitlines():
+            name, avail, count, st, nodelist, gres = line.split("|")
+            parts.append({"partition": name.rstrip("*"), "default": name.endswith("*"), "avail": avail,
+                          "nodes": int(count), "state": st, "nodelist": nodelist, "gres": gres})
+    return {"deployment": state["deployment"], "controller_reachable": bool(slurm_states),
+            "host_munged": host_munged_running(ldir), "nodes": out_nodes, "partitions": parts,
+            "notes": state.get("notes", [])}
+
+
+def format_status(st: dict) -> str:
+    lines = [f"deployment {st['deployment']}: slurmctld "
+             + ("reachable" if st["controller_reachable"] else "NOT reachable"), ""]
+    w = max(len(x["name"]) for x in st["nodes"])
+    lines.append(f"{'NODE':<{w}}  {'ROLE':<10} {'ADDRESS':<14} {'DAEMONS':<8} SLURM")
+    for x in st["nodes"]:
+        proc = "up" if x["running"] else ("DOWN" if not x["dead_services"] else "DEAD:" + ",".join(x["dead_services"]))
+        lines.append(f"{x['name']:<{w}}  {x['role']:<10} {x['addr']:<14} {proc:<8} "
+                     f"{x['slurm_state'] or '-'}")
+    if st["partitions"]:
+        lines += ["", f"{'PARTITION':<12} {'AVAIL':<6} {'NODES':>5}  {'STATE':<10} {'GRES':<14} NODELIST"]
+        for p in st["partitions"]:
+            lines.append(f"{p['partition'] + ('*' if p['default'] else ''):<12} {p['avail']:<6} {p['nodes']:>5}  "
+                         f"{p['state']:<10} {p['gres']:<14} {p['nodelist']}")
+    return "\n".join(lines) + "\n"
+
+
+def exec_local(deployment_dir: str, node: str, argv: list[str]) -> int:
+    state = load_state(deployment_dir)
+    if state is None:
+        raise UserError(f"{deployment_dir} has no running lab")
+    names = [x["name"] for x in state["nodes"]]
+    if node not in names:
+        from ..blueprint.errors import did_you_mean
+        raise UserError(f"no node {node!r} in {deployment_dir} ({did_you_mean(node, names) or 'nodes: ' + compress(names)})")
+    sd = os.path.join(lab_dir(deployment_dir), "nodes", node)
+    if nodes.node_pid(sd) is None:
+        raise UserError(f"node {node} is not running\n  hint: ctk deploy again brings it back")
+    return subprocess.call(nodes.exec_argv(sd, argv))
+
+
+def env_local(deployment_dir: str) -> str:
+    """Shell exports that point the host's Slurm commands at the lab."""
+    if load_state(deployment_dir) is None:
+        raise UserError(f"{deployment_dir} has no running lab")
+    return "".join(f"export {k}={v}\n" for k, v in slurm_env(deployment_dir).items())
