@@ -19,7 +19,10 @@ def ctk(*args, env=None, timeout=1800):
 
 @pytest.fixture(scope="session")
 def state(tmp_path_factory):
-    """A fresh layer store for this session (CTK_STATE_DIR)."""
+    """A fresh layer store for this session (CTK_STATE_DIR); CTK_TEST_STATE_DIR reuses one
+    across sessions when iterating locally (then the first build may be a cache hit)."""
+    if os.environ.get("CTK_TEST_STATE_DIR"):
+        return os.environ["CTK_TEST_STATE_DIR"]
     return str(tmp_path_factory.mktemp("ctk-state"))
 
 

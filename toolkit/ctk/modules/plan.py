@@ -108,7 +108,7 @@ def plan(exp: Expanded, c: Collector) -> Deployment:
         if role == "partition":
             dep.partitions.append(_partition(em, by_id, c, doc))
         elif role == "login":
-            prefix = _str(em.get("name_prefix"), "login") or "login"
+            prefix = re.sub(r"[^a-z0-9-]", "", (_str(em.get("name_prefix"), "login") or "login").lower()) or "login"
             dep.logins.append(Login(em.id, f"{cluster}-{prefix}", _str(em.get("machine_type"), "n2-standard-2"),
                                     _int(em.get("num_instances"), 1) or 1, _image_of(em, images)))
         elif role == "controller":

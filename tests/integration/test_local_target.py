@@ -1,0 +1,218 @@
+"""The local target for real: slurmctld, slurmd and munged in lab nodes booted from the built
+image, driven through the ctk CLI and the host's own Slurm commands."""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+
+import pytest
+
+from conftest import FIXTURES
+from .conftest import LAB, ctk
+
+pytestmark = pytest.mark.integration
+for tool in ("slurmctld", "packer", "debootstrap"):
+    if not shutil.which(tool, path="/usr/sbin:/usr/bin:/sbin:/bin"):
+        pytest.skip(f"{tool} is not installed", allow_module_level=True)
+
+A3 = f"{FIXTURES}/examples/machine-learning/a3-megagpu-8g"
+
+
+class Lab:
+    def __init__(self, path, state):
+        self.path, self.state = str(path), state
+        self.env = {"CTK_STATE_DIR": state}
+
+    def ctk(self, *args, timeout=600):
+        return ctk(*args, env=self.env, timeout=timeout)
+
+    def slurm(self, *argv, check=True, timeout=60):
+        env = {**os.environ, "SLURM_CONF": os.path.join(self.path, "lab", "host", "slurm.conf")}
+        r = subprocess.run(list(argv), capture_output=True, text=True, env=env, timeout=timeout)
+        if check:
+            assert r.returncode == 0, f"{argv}: {r.stderr}"
+        return r
+
+    def status(self):
+        r = self.ctk("status", self.path, "--json")
+        return r.returncode, json.loads(r.stdout)
+
+    def node_pids(self):
+        return {n: open(os.path.join(self.path, "lab", "nodes", n, "pid")).read()
+                for n in os.listdir(os.path.join(self.path, "lab", "nodes"))}
+
+
+def deploy(tmp_path_factory, state, name, *args):
+    lab = Lab(tmp_path_factory.mktemp(name) / "dep", state)
+    r = lab.ctk("deploy", *args, "-o", lab.path, "--json")
+    assert r.returncode == 0, r.stderr[-3000:]
+    lab.result = json.loads(r.stdout)
+    return lab
+
+
+@pytest.fixture(scope="module")
+def lab(lab_build, state, tmp_path_factory):
+    lab = deploy(tmp_path_factory, state, "lab", LAB)
+    yield lab
+    lab.ctk("destroy", lab.path)
+
+
+def test_every_compute_node_is_idle(lab):
+    rc, st = lab.status()
+    assert rc == 0 and st["controller_reachable"]
+    computes = [n for n in st["nodes"] if n["role"] == "compute"]
+    assert len(computes) == 4 and all(n["slurm_state"] == "idle" for n in computes)
+    parts = {p["partition"]: p for p in st["partitions"]}
+    assert parts["debug"]["default"] and parts["debug"]["nodes"] == 2
+    assert parts["gpu"]["gres"] == "gpu:h100:8"
+
+
+def test_srun_runs_on_two_different_nodes(lab):
+    out = lab.slurm("srun", "-N2", "hostname").stdout.split()
+    assert len(out) == 2 and len(set(out)) == 2
+    assert all(h.startswith("labdebugnodeset-") for h in out)
+
+
+def test_home_is_shared_between_nodes(lab):
+    r = lab.ctk("exec", lab.path, "labdebugnodeset-0", "--", "sh", "-c", "echo written-on-0 > /home/probe")
+    assert r.returncode == 0, r.stderr
+    r = lab.ctk("exec", lab.path, "labgpunodeset-1", "--", "cat", "/home/probe")
+    assert r.stdout.strip() == "written-on-0"
+
+
+def test_munge_key_is_secret(lab):
+    key = os.path.join(lab.path, "lab", "secrets", "munge.key")
+    assert os.stat(key).st_mode & 0o777 == 0o400
+    assert os.stat(os.path.dirname(key)).st_mode & 0o077 == 0
+    r = lab.ctk("exec", lab.path, "labdebugnodeset-0", "--", "stat", "-c", "%a %U", "/run/ctk/munge.key")
+    assert r.stdout.strip() == "400 munge"
+
+
+def test_redeploy_without_change_restarts_nothing(lab):
+    before = lab.node_pids()
+    r = lab.ctk("deploy", LAB, "-o", lab.path, "--json")
+    res = json.loads(r.stdout)
+    assert res["booted"] == [] and res["restarted"] == [] and len(res["kept"]) == 6
+    assert lab.node_pids() == before
+
+
+def test_killed_slurmd_shows_down_and_deploy_brings_it_back(lab):
+    r = lab.ctk("exec", lab.path, "labdebugnodeset-1", "--", "pkill", "-x", "slurmd")
+    assert r.returncode == 0
+    for _ in range(50):
+        rc, st = lab.status()
+        node = [n for n in st["nodes"] if n["name"] == "labdebugnodeset-1"][0]
+        if node["dead_services"]:
+            break
+        time.sleep(0.1)
+    assert rc == 1 and node["dead_services"] == ["slurmd"] and not node["running"]
+    assert "DEAD:slurmd" in lab.ctk("status", lab.path).stdout
+    res = json.loads(lab.ctk("deploy", LAB, "-o", lab.path, "--json").stdout)
+    assert res["restarted"] == ["labdebugnodeset-1"]
+    rc, st = lab.status()
+    assert rc == 0
+    assert lab.slurm("srun", "-w", "labdebugnodeset-1", "hostname").stdout.strip() == "labdebugnodeset-1"
+
+
+def test_pending_jobs_survive_a_slurmctld_restart(lab):
+    # Hold a job so it stays pending, kill slurmctld, and let deploy bring the controller back.
+    jid = lab.slurm("sbatch", "--parsable", "--hold", "--wrap", "sleep 1").stdout.strip()
+    assert lab.slurm("squeue", "-h", "-j", jid, "-o", "%T").stdout.strip() == "PENDING"
+    lab.ctk("exec", lab.path, "lab-controller", "--", "pkill", "-x", "slurmctld")
+    for _ in range(50):
+        if lab.slurm("squeue", "-h", check=False).returncode != 0:
+            break
+        time.sleep(0.1)
+    assert lab.slurm("squeue", "-h", check=False).returncode != 0  # controller really gone
+    res = json.loads(lab.ctk("deploy", LAB, "-o", lab.path, "--json").stdout)
+    assert res["restarted"] == ["lab-controller"]
+    assert lab.slurm("squeue", "-h", "-j", jid, "-o", "%T").stdout.strip() == "PENDING"
+    lab.slurm("scancel", jid)
+
+
+def test_changed_partition_layout_is_reconfigured(lab, tmp_path):
+    bp = tmp_path / "lab2.yaml"
+    bp.write_text(open(LAB).read().replace('max_time: "2:00:00"', 'max_time: "3:00:00"'))
+    before = lab.node_pids()
+    res = json.loads(lab.ctk("deploy", str(bp), "-o", lab.path, "--json").stdout)
+    assert res["reconfigured"] and res["restarted"] == [] and res["booted"] == []
+    assert lab.node_pids() == before
+    out = lab.slurm("scontrol", "show", "partition", "gpu").stdout
+    assert "MaxTime=03:00:00" in out
+
+
+def test_a_second_deploy_of_the_same_folder_waits_its_turn(lab):
+    import fcntl
+    with open(os.path.join(lab.path, ".ctk.lock"), "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        r = lab.ctk("deploy", LAB, "-o", lab.path)
+    assert r.returncode == 2 and "another ctk command" in r.stderr
+
+
+def test_hpc_slurm_fixture_deploys_scaled_down(lab_build, state, tmp_path_factory):
+    lab = deploy(tmp_path_factory, state, "hpc", f"{FIXTURES}/examples/hpc-slurm.yaml",
+                 "--vars", "project_id=demo-project,deployment_name=hpc", "--max-nodes", "2")
+    try:
+        assert any("capped to 2" in n for n in lab.result["notes"])
+        rows = lab.slurm("sinfo", "-h", "-o", "%P %D %T").stdout.split("\n")
+        parts = {r.split()[0]: (r.split()[1], r.split()[2]) for r in rows if r}
+        assert parts == {"debug*": ("2", "idle"), "compute": ("2", "idle"), "h3": ("2", "idle")}
+        r = lab.ctk("show", f"{FIXTURES}/examples/hpc-slurm.yaml", "--vars", "project_id=p,deployment_name=hpc")
+        assert "Not deployed on target local" in r.stdout and "modules/network/vpc" in r.stdout
+    finally:
+        lab.ctk("destroy", lab.path)
+
+
+def test_a3mega_fixture_schedules_8_gpus_and_refuses_9(lab_build, state, tmp_path_factory):
+    lab = deploy(tmp_path_factory, state, "a3mega", f"{A3}/a3mega-slurm-blueprint.yaml",
+                 "-d", f"{A3}/a3mega-slurm-deployment.yaml",
+                 "--vars", "project_id=p,deployment_name=a3,disk_size_gb=100,a3mega_cluster_size=64",
+                 "--max-nodes", "2")
+    try:
+        jid = lab.slurm("sbatch", "--parsable", "-N1", "--gpus-per-node=8", "--wrap", "sleep 2").stdout.strip()
+        states = set()
+        for _ in range(100):
+            states.add(lab.slurm("squeue", "-h", "-j", jid, "-o", "%T").stdout.strip())
+            if "RUNNING" in states:
+                break
+            time.sleep(0.1)
+        assert "RUNNING" in states, states  # scheduled on an emulated 8 x H100 node
+        out = lab.slurm("srun", "-N1", "--gpus-per-node=8", "bash", "-c", "echo $CUDA_VISIBLE_DEVICES").stdout
+        assert out.strip() == "0,1,2,3,4,5,6,7"
+        r = lab.slurm("sbatch", "-N1", "--gpus-per-node=9", "--wrap", "true", check=False)
+        assert r.returncode != 0 and "Requested node configuration is not available" in r.stderr
+    finally:
+        lab.ctk("destroy", lab.path)
+
+
+def test_destroy_leaves_nothing_behind(lab_build, state, tmp_path_factory):
+    lab = deploy(tmp_path_factory, state, "gone", LAB)
+    ports = {int(x) for x in re.findall(r"Port=(\d+)", open(os.path.join(lab.path, "lab", "host",
+                                                                        "slurm.conf")).read())}
+    pids = [int(p) for p in lab.node_pids().values()]
+    r = lab.ctk("destroy", lab.path)
+    assert r.returncode == 0, r.stderr
+    for pid in pids:
+        assert not os.path.exists(f"/proc/{pid}")
+    mounts = open("/proc/mounts").read()
+    assert lab.path not in mounts
+    cmdlines = []
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            try:
+                cmdlines.append(open(f"/proc/{p}/cmdline", "rb").read().decode(errors="replace"))
+            except OSError:
+                pass
+    assert not [c for c in cmdlines if lab.path in c]
+    listening = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        if os.path.exists(table):
+            for line in open(table).read().splitlines()[1:]:
+                f = line.split()
+                if f[3] == "0A":  # LISTEN
+                    listening.add(int(f[1].split(":")[1], 16))
+    assert not ports & listening, f"still listening: {ports & listening}"
+    assert not os.path.exists(os.path.join(lab.path, "lab"))
