@@ -21,6 +21,7 @@ from .. import paths
 from ..blueprint.errors import UserError
 from ..model import ImageSpec
 from ..progress import Progress
+from ..runner import run
 from ..stacks import Stack, get_stack
 from . import buildnode, packer
 from .base import ensure_base
@@ -91,14 +92,39 @@ def plan_layers(spec: ImageSpec, base_key: str, stack: Stack) -> list[LayerPlan]
     return out
 
 
-def _build_time_inputs() -> tuple[dict, dict]:
-    """What a build node needs from this machine that must not shape (or enter) a layer:
-    the host's CA bundle, for pip behind a TLS-intercepting proxy. It sits in the node's /run."""
+WHEELHOUSE_IN_NODE = "/run/ctk-wheelhouse"
+
+
+def wheelhouse(store: Store) -> str:
+    path = os.path.join(store.root, "wheelhouse")
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+def prefetch_wheels(store: Store, pins: dict, progress: Progress) -> None:
+    """Download the stack's wheels (and their dependencies) on the build host into the store's
+    wheelhouse; files already there are not fetched again. The jax layer then installs from it
+    with no index, so a rebuild after one pin change fetches one wheel, not the whole stack."""
+    progress.task(f"fetching wheels for {len(pins)} pins into {wheelhouse(store)}")
+    run([sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "--quiet",
+         "--only-binary=:all:", "--dest", wheelhouse(store), *(f"{k}=={v}" for k, v in pins.items())],
+        what="downloading the stack's wheels failed")
+
+
+def _build_time_inputs(store: Store) -> tuple[dict, dict, list[dict]]:
+    """What a build node gets from this machine that must not shape (or enter) a layer: the
+    host's CA bundle (for pip behind a TLS-intercepting proxy) and the store's wheelhouse.
+    Both sit under the node's /run, a tmpfs, so neither becomes part of a layer.
+
+    Returns (run_files, extra Ansible vars, bind mounts)."""
+    pip_args = []
+    run_files = {}
     bundle = os.environ.get("PIP_CERT") or "/etc/ssl/certs/ca-certificates.crt"
-    if not os.path.isfile(bundle):
-        return {}, {}
-    return ({"ctk/ca-bundle.crt": {"src": bundle, "mode": "0644"}},
-            {"pip_extra_args": "--cert /run/ctk/ca-bundle.crt"})
+    if os.path.isfile(bundle):
+        run_files["ctk/ca-bundle.crt"] = {"src": bundle, "mode": "0644"}
+        pip_args.append("--cert /run/ctk/ca-bundle.crt")
+    return (run_files, {"pip_extra_args": " ".join(pip_args), "jax_wheelhouse": WHEELHOUSE_IN_NODE},
+            [{"src": wheelhouse(store), "dest": WHEELHOUSE_IN_NODE, "ro": True}])
 
 
 def _scrub_upper(upper: str) -> None:
@@ -111,10 +137,10 @@ def _scrub_upper(upper: str) -> None:
             os.unlink(p)
 
 
-def _apply_role(node: buildnode.BuildNode, role: str, variables: dict, work: str, log_path: str,
-                progress: Progress) -> packer.BuildLog:
+def _apply_role(store: Store, node: buildnode.BuildNode, role: str, variables: dict, work: str,
+                log_path: str, progress: Progress) -> packer.BuildLog:
     """Packer + Ansible: apply one role (install phase) to a running build node."""
-    run_files_vars = _build_time_inputs()[1]
+    run_files_vars = _build_time_inputs(store)[1]
     vars_file = os.path.join(work, f"vars-{role}.json")
     with open(vars_file, "w") as f:
         json.dump({"ctk_role": role, "ctk_phase": "install", **variables, **run_files_vars}, f)
@@ -143,10 +169,11 @@ def _log_path(store: Store, image: str, role: str) -> str:
 def _build_layer(store: Store, image: str, lp: LayerPlan, lower_keys: list[str], progress: Progress) -> float:
     work = store.scratch(f"{lp.key}.build")
     t0 = time.monotonic()
-    node = buildnode.boot(store.lowerdirs(lower_keys), work, run_files=_build_time_inputs()[0])
+    run_files, _, binds = _build_time_inputs(store)
+    node = buildnode.boot(store.lowerdirs(lower_keys), work, run_files=run_files, binds=binds)
     log_path = _log_path(store, image, lp.role)
     try:
-        _apply_role(node, lp.role, lp.variables, work, log_path, progress)
+        _apply_role(store, node, lp.role, lp.variables, work, log_path, progress)
     except packer.PackerError as e:
         raise ImageBuildError(f"image '{image}', layer '{lp.role}': {e}\n(full log: {log_path})") from None
     finally:
@@ -170,12 +197,13 @@ def rerun_roles(name: str, store: Store | None = None, progress: Progress | None
     if rec is None:
         raise UserError(f"no image '{name}'")
     work = store.scratch(f"rerun-{name}")
-    node = buildnode.boot(store.lowerdirs(rec["layers"]), work, run_files=_build_time_inputs()[0])
+    run_files, _, binds = _build_time_inputs(store)
+    node = buildnode.boot(store.lowerdirs(rec["layers"]), work, run_files=run_files, binds=binds)
     out = {}
     try:
         for key in rec["layers"][1:]:
             meta = store.meta(key)
-            log = _apply_role(node, meta["role"], meta["vars"], work,
+            log = _apply_role(store, node, meta["role"], meta["vars"], work,
                               _log_path(store, name, f"rerun-{meta['role']}"), progress)
             out[meta["role"]] = (log.ok, log.changed)
     finally:
@@ -200,6 +228,8 @@ def build_image(spec: ImageSpec, store: Store | None = None, progress: Progress 
                 result.cached.append(lp.role)
             else:
                 with progress.step(f"layer {lp.role} ({lp.key})"):
+                    if "jax_stack_pins" in lp.variables:
+                        prefetch_wheels(store, lp.variables["jax_stack_pins"], progress)
                     _build_layer(store, spec.name, lp, result.layers, progress)
                 result.built.append(lp.role)
             result.layers.append(lp.key)

@@ -42,7 +42,8 @@ def _keypair(path: str) -> None:
         what="ssh-keygen failed")
 
 
-def boot(lowerdirs: list[str], work: str, timeout: float = 30.0, run_files: dict | None = None) -> BuildNode:
+def boot(lowerdirs: list[str], work: str, timeout: float = 30.0, run_files: dict | None = None,
+         binds: list[dict] | None = None) -> BuildNode:
     """Boot a build node over `lowerdirs`; its changes land in work/node/upper.
 
     `run_files` are copied under the node's /run (tmpfs), so they never become part of a layer."""
@@ -60,6 +61,7 @@ def boot(lowerdirs: list[str], work: str, timeout: float = 30.0, run_files: dict
         run_files={"ctk/ssh_host_ed25519_key": {"src": host, "mode": "0600"},
                    "ctk/authorized_keys": {"src": client + ".pub", "mode": "0600"}, **(run_files or {})},
         run_dirs=[{"path": "sshd", "mode": "0755"}],
+        binds=list(binds or []),
         services=[nodes.Service("sshd", [
             "/usr/sbin/sshd", "-D", "-e", "-p", str(port), "-o", f"ListenAddress={addr}",
             "-o", "HostKey=/run/ctk/ssh_host_ed25519_key", "-o", "AuthorizedKeysFile=/run/ctk/authorized_keys",
