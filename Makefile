@@ -7,7 +7,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # Debian packages the tests and the local target use.
-SYS_PKGS := slurm-wlm munge packer shellcheck debootstrap
+SYS_PKGS := slurm-wlm munge packer shellcheck debootstrap openssh-client zstd e2fsprogs buildah util-linux
 
 .PHONY: all deps sysdeps pydeps demo test test-unit test-integration lint clean
 
@@ -30,9 +30,16 @@ pydeps: $(STAMP)
 
 deps: sysdeps pydeps
 
+# The main job on the local target: build and verify the lab image (cached after the first
+# run), boot the lab cluster, run a 2-node job on it, and leave the cluster up.
 demo: deps
-	$(VENV)/bin/ctk validate blueprints/lab.yaml
 	$(VENV)/bin/ctk show blueprints/lab.yaml
+	$(VENV)/bin/ctk image build blueprints/lab.yaml
+	$(VENV)/bin/ctk deploy blueprints/lab.yaml -o lab
+	@echo "==> a 2-node job: srun -N2 hostname"
+	@eval "$$($(VENV)/bin/ctk env lab)" && srun -N2 hostname
+	@echo
+	@echo "The lab cluster is up. Use it: eval \"\$$(.venv/bin/ctk env lab)\"; sinfo  --  stop it: .venv/bin/ctk destroy lab"
 
 test: deps
 	$(PY) -m pytest -q -p no:cacheprovider tests
