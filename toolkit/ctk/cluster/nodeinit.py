@@ -158,6 +158,12 @@ def main(path: str) -> int:
             os.kill(pid, signal.SIGTERM)
         except ProcessLookupError:
             pass
+    # Everything else in the node too (an sshd session, a job step, a shell from ctk exec):
+    # as PID 1 of the namespace, kill(-1) reaches every process in it but ourselves.
+    try:
+        os.kill(-1, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
     deadline = time.time() + float(spec.get("stop_timeout", 10))
     while time.time() < deadline:
         try:
