@@ -1,7 +1,7 @@
 """Loopback subnets and ports for lab clusters, leased per deployment folder.
 
 Deployment number N (1..249) owns the addresses 127.0.N.1-254 and the TCP ports
-PORT_BASE + 64*N .. +63. The registry lives in the state dir, under a lock, so two
+PORT_BASE + 64*N .. +63. The registry lives in /run/ctk, under a lock, so two
 deployments never share addresses or ports; `ctk destroy` releases the lease.
 """
 
@@ -21,8 +21,9 @@ MAX_LEASES = 249
 
 
 def _registry_dir() -> str:
-    from ..images.store import state_dir
-    d = os.path.join(state_dir(), "lab")
+    # Host-wide (every state dir's deployments share the loopback range and the ports) and
+    # on a tmpfs: leases die with the processes they were for when the machine restarts.
+    d = os.environ.get("CTK_LEASE_DIR", "/run/ctk")
     os.makedirs(d, exist_ok=True)
     return d
 
