@@ -62,7 +62,10 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Create or update the deployment folder, build or reuse the images, and "
                        "boot one lab node per Slurm node (controller, computes, login) on this machine. "
                        "Re-running it is idempotent: unchanged nodes keep running, a changed partition "
-                       "layout is applied with `scontrol reconfigure`, a dead node is brought back.")
+                       "layout is applied with `scontrol reconfigure`, a dead node is brought back. "
+                       "With a ctk/target/ssh module (the ssh target) it configures the listed machines "
+                       "over SSH with ctk's Ansible roles instead (install, then configure phase); "
+                       "re-running it changes nothing on an unchanged cluster.")
     _bp_args(p)
     p.add_argument("-o", "--out", metavar="DIR", help="deployment folder (default: ./DEPLOYMENT_NAME)")
     p.add_argument("--max-nodes", type=int, default=None, metavar="N",
@@ -70,20 +73,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-q", "--quiet", action="store_true", help="print only the result")
     p.add_argument("--json", action="store_true", help="machine-readable result")
 
-    p = sub.add_parser("status", help="nodes and partitions of a deployed lab cluster")
+    p = sub.add_parser("status", help="nodes and partitions of a deployed cluster (lab or ssh target)")
     p.add_argument("dir", nargs="?", default=".", help="deployment folder (default: .)")
     p.add_argument("--json", action="store_true", help="machine-readable status")
 
-    p = sub.add_parser("destroy", help="stop every daemon of a lab cluster and free its addresses and ports")
+    p = sub.add_parser("destroy", help="stop every daemon of a lab cluster and free its addresses and ports "
+                       "(ssh target: stop the daemons on the hosts; packages stay)")
     p.add_argument("dir", help="deployment folder")
 
-    p = sub.add_parser("exec", help="run a command inside a node of a lab cluster",
+    p = sub.add_parser("exec", help="run a command inside a node of a lab cluster (ssh target: on a host, over SSH)",
                        usage="ctk exec DIR NODE -- CMD [ARG...]")
     p.add_argument("dir", help="deployment folder")
     p.add_argument("node", help="node name (see ctk status)")
     p.add_argument("command", nargs=argparse.REMAINDER, help="command to run (after --)")
 
-    p = sub.add_parser("env", help="print exports that point the host's sbatch/srun/squeue at a lab cluster",
+    p = sub.add_parser("env", help="print exports that point the host's sbatch/srun/squeue at a lab cluster "
+                       "(or an ssh target's)",
                        description='Use as: eval "$(ctk env DIR)"')
     p.add_argument("dir", help="deployment folder")
 
@@ -157,8 +162,10 @@ def _warn(exp) -> None:
 
 
 def _lab(args) -> int:
-    from .cluster import local
+    from .cluster import local, ssh
 
+    if ssh.is_ssh_deployment(args.dir):
+        return _ssh_lab(args, ssh, local)
     if args.cmd == "status":
         st = local.status_local(args.dir)
         sys.stdout.write(json.dumps(st, indent=2) + "\n" if args.json else local.format_status(st))
@@ -178,6 +185,52 @@ def _lab(args) -> int:
     raise AssertionError(args.cmd)
 
 
+def _ssh_lab(args, ssh, local) -> int:
+    """status, destroy, exec and env of a deployment on the ssh target."""
+    if args.cmd == "status":
+        st = ssh.status_ssh(args.dir)
+        sys.stdout.write(json.dumps(st, indent=2) + "\n" if args.json else local.format_status(st))
+        return EXIT_OK if st["controller_reachable"] and all(x["running"] for x in st["nodes"]) else EXIT_FAIL
+    if args.cmd == "destroy":
+        with local.deployment_lock(args.dir):
+            stopped = ssh.destroy_ssh(args.dir)
+        print(f"destroyed {args.dir}: stopped the daemons on {len(stopped)} host(s) "
+              "(packages, /etc/slurm and the munge key stay on them)")
+        return EXIT_OK
+    if args.cmd == "exec":
+        cmd = args.command[1:] if args.command[:1] == ["--"] else args.command
+        if not cmd:
+            raise UserError_("ctk exec: no command given\n  hint: ctk exec DIR NODE -- hostname")
+        return ssh.exec_ssh(args.dir, args.node, cmd)
+    if args.cmd == "env":
+        sys.stdout.write(ssh.env_ssh(args.dir))
+        return EXIT_OK
+    raise AssertionError(args.cmd)
+
+
+def _deploy_ssh(args, exp, out) -> int:
+    from . import deployfolder
+    from .cluster import local, ssh
+    from .progress import Progress
+
+    dep = exp.deployment
+    progress = Progress(quiet=args.quiet or args.json)
+    if args.max_nodes:
+        progress.say("note: --max-nodes is for the local target; the ssh target deploys every listed host")
+    with local.deployment_lock(out):
+        deployfolder.update(exp, dep, out)
+        res = ssh.deploy_ssh(dep, out, progress=progress)
+    if args.json:
+        print(json.dumps(vars(res), indent=2))
+        return EXIT_OK
+    changed = {phase: sum(v.values()) for phase, v in res.changed.items()}
+    print(f"{dep.deployment_name}: {len(res.hosts)} host(s) configured over SSH in {res.seconds:.1f}s "
+          f"(changed: install {changed.get('install', 0)}, configure {changed.get('configure', 0)})")
+    print(f"status:   ctk status {out}")
+    print(f"stop it:  ctk destroy {out}")
+    return EXIT_OK
+
+
 def _deploy(args, exp) -> int:
     from . import deployfolder
     from .cluster import local
@@ -185,6 +238,8 @@ def _deploy(args, exp) -> int:
 
     dep = exp.deployment
     out = args.out or os.path.join(".", dep.deployment_name)
+    if dep.target == "ssh":
+        return _deploy_ssh(args, exp, out)
     if dep.target != "local":
         raise UserError_(f"target {dep.target!r} is not deployable yet; use the local target")
     progress = Progress(quiet=args.quiet or args.json)

@@ -4,6 +4,9 @@ Layout:
     expanded.yaml          the blueprint after expansion (Cluster Toolkit format)
     deployment.json        the Deployment model
     <group>/slurm/         slurm.conf, gres.conf, cgroup.conf (in the controller's group)
+    <group>/<image>/       a Packer folder per image for building it on Google Cloud
+                           (image.pkr.hcl, its variables, the roles' variables)
+    ansible/               the playbooks and roles those Packer folders run
     staged/                files named by ghpc_stage()
 """
 
@@ -12,13 +15,34 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 
-from . import atomic
+from . import atomic, paths
 from .blueprint.errors import UserError
 from .blueprint.expand import Expanded
 from .cluster.slurmconf import render_cgroup_conf, render_gres_conf, render_slurm_conf
+from .cluster.ssh import layout as ssh_layout
 from .model import Deployment
+from .stacks import get_stack
 from .yamlout import dump
+
+
+def image_folders(exp: Expanded, dep: Deployment) -> dict[str, str]:
+    """Packer folders for building the images on Google Cloud, by folder-relative path."""
+    files = {}
+    template = open(os.path.join(paths.IMAGES, "gcp.pkr.hcl")).read()
+    for img in dep.images:
+        if not img.cloud:
+            continue
+        pins = dict(get_stack(img.stack).pins) if "jax" in img.roles else {}
+        folder = f"{exp.module(img.module_id).module.group}/{img.name}"
+        files[f"{folder}/image.pkr.hcl"] = template
+        files[f"{folder}/image.auto.pkrvars.json"] = json.dumps(
+            {**img.cloud, "ansible_vars_file": "ansible-vars.json"}, indent=2) + "\n"
+        files[f"{folder}/ansible-vars.json"] = json.dumps(
+            {"ctk_roles": img.roles, "slurm_flavour": "all", "jax_stack": img.stack, "jax_stack_pins": pins},
+            indent=2) + "\n"
+    return files
 
 
 def artifacts(exp: Expanded, dep: Deployment) -> dict[str, str]:
@@ -26,15 +50,35 @@ def artifacts(exp: Expanded, dep: Deployment) -> dict[str, str]:
     files = {
         "expanded.yaml": dump(exp.to_blueprint()),
         "deployment.json": json.dumps(dep.to_dict(), indent=2) + "\n",
+        **image_folders(exp, dep),
     }
     if dep.controller is not None:
         group = exp.module(dep.controller.module_id).module.group if dep.controller.module_id \
             else exp.blueprint.groups[-1].name
-        files[f"{group}/slurm/slurm.conf"] = render_slurm_conf(dep)
-        files[f"{group}/slurm/cgroup.conf"] = render_cgroup_conf(dep)
+        # The ssh target's hosts are known: their addresses and ports are in the files.
+        lay = ssh_layout(dep) if dep.target == "ssh" and dep.ssh_hosts else None
+        files[f"{group}/slurm/slurm.conf"] = render_slurm_conf(dep, layout=lay)
+        files[f"{group}/slurm/cgroup.conf"] = render_cgroup_conf(dep, layout=lay)
         if any(ns.gpu_count for ns in dep.nodesets):
-            files[f"{group}/slurm/gres.conf"] = render_gres_conf(dep)
+            files[f"{group}/slurm/gres.conf"] = render_gres_conf(dep, layout=lay)
     return files
+
+
+def _packer_folders_check(folder: str, exp: Expanded, dep: Deployment) -> None:
+    """Copy the roles beside the image folders and check each with `packer validate
+    -syntax-only` (offline: no credentials needed)."""
+    folders = sorted({os.path.dirname(rel) for rel in image_folders(exp, dep)})
+    if not folders:
+        return
+    shutil.copytree(paths.ansible_dir(), os.path.join(folder, "ansible"),
+                    ignore=shutil.ignore_patterns("__pycache__", "*.retry"))
+    if not shutil.which("packer"):
+        return  # rendered, not checked: say nothing worse than what a missing tool means
+    for rel in folders:
+        r = subprocess.run(["packer", "validate", "-syntax-only", "."], cwd=os.path.join(folder, rel),
+                           capture_output=True, text=True, env={**os.environ, "CHECKPOINT_DISABLE": "1"})
+        if r.returncode != 0:
+            raise RuntimeError(f"packer rejected the generated template in {rel}:\n{r.stdout}{r.stderr}")
 
 
 def create(exp: Expanded, dep: Deployment, out_dir: str, overwrite: bool = False) -> str:
@@ -51,6 +95,9 @@ def create(exp: Expanded, dep: Deployment, out_dir: str, overwrite: bool = False
         if os.path.exists(os.path.join(out_dir, "lab", "state.json")):
             raise UserError(f"{out_dir} has a lab cluster deployed from it\n"
                             f"  hint: `ctk deploy` updates it in place; `ctk destroy {out_dir}` stops it first")
+        if os.path.exists(os.path.join(out_dir, "ssh", "state.json")):
+            raise UserError(f"{out_dir} has a cluster deployed from it over SSH (its munge key is there)\n"
+                            f"  hint: `ctk deploy` updates it in place; `ctk destroy {out_dir}` stops it first")
     stage = atomic.staging_dir(out_dir)
     try:
         for rel, text in artifacts(exp, dep).items():
@@ -65,6 +112,7 @@ def create(exp: Expanded, dep: Deployment, out_dir: str, overwrite: bool = False
             else:
                 os.makedirs(os.path.dirname(dest), exist_ok=True)
                 shutil.copy2(src, dest)
+        _packer_folders_check(stage, exp, dep)
         os.chmod(stage, 0o755)
         atomic.replace_dir(stage, out_dir)
     except BaseException:

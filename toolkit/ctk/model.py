@@ -22,6 +22,9 @@ class ImageSpec:
     stack: str = "jax-cpu"
     extra_playbooks: list[str] = field(default_factory=list)
     source: str = ""  # module source that declared it
+    # Packer variables for a build on Google Cloud (images/gcp.pkr.hcl); empty when the
+    # blueprint names no project.
+    cloud: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -45,12 +48,17 @@ class Nodeset:
     network: str = "tcp"  # tcp | gpudirect-tcpx | gpudirect-tcpxo | rdma
     image: str | None = None
     spot: bool = False
+    # Existing machines (the ssh target): the nodes' names, one per host of the nodeset, in
+    # the order the blueprint lists them. Empty: names are made from node_prefix.
+    hostnames: list[str] = field(default_factory=list)
 
     @property
     def node_count(self) -> int:
         return self.node_count_static + self.node_count_dynamic_max
 
     def node_names(self) -> list[str]:
+        if self.hostnames:
+            return list(self.hostnames)
         return [f"{self.node_prefix}-{i}" for i in range(self.node_count)]
 
 
@@ -97,6 +105,26 @@ class SharedFs:
 
 
 @dataclass
+class SshHost:
+    """An existing machine of the ssh target (one entry of a ctk/target/ssh module's hosts).
+
+    `name` is the node's name in the cluster: its Slurm NodeName (computes), SlurmctldHost
+    (the controller) and /etc/hosts name. `key` is the path of an SSH private key on this
+    machine; ctk passes the path to ssh and never reads or copies the key."""
+
+    name: str
+    host: str  # address or DNS name ssh connects to (also the node's NodeAddr)
+    role: str  # controller | compute | login
+    port: int = 22
+    user: str = "root"
+    key: str | None = None  # absolute path; None: ssh's own defaults (agent, ~/.ssh)
+    nodeset: str = ""  # computes: Nodeset.name
+    slurmd_port: int | None = None  # computes: slurmd's port (default 6818)
+    slurmctld_port: int | None = None  # the controller: slurmctld's port (default 6817)
+    service_manager: str = "systemd"  # systemd | direct (no systemd: start-stop-daemon)
+
+
+@dataclass
 class Unsupported:
     """A module the model does not cover: kept for the gcp target, listed elsewhere."""
 
@@ -111,7 +139,7 @@ class Deployment:
     deployment_name: str
     blueprint_name: str
     slurm_cluster_name: str
-    target: str = "local"
+    target: str = "local"  # local | ssh (a ctk/target/ssh module is present)
     images: list[ImageSpec] = field(default_factory=list)
     nodesets: list[Nodeset] = field(default_factory=list)
     partitions: list[Partition] = field(default_factory=list)
@@ -119,6 +147,7 @@ class Deployment:
     logins: list[Login] = field(default_factory=list)
     shared_fs: list[SharedFs] = field(default_factory=list)
     unsupported: list[Unsupported] = field(default_factory=list)
+    ssh_hosts: list[SshHost] = field(default_factory=list)  # target "ssh": the machines
 
     def nodeset(self, name: str) -> Nodeset:
         for ns in self.nodesets:
@@ -139,4 +168,5 @@ class Deployment:
         d["logins"] = [Login(**x) for x in d.get("logins", [])]
         d["shared_fs"] = [SharedFs(**x) for x in d.get("shared_fs", [])]
         d["unsupported"] = [Unsupported(**x) for x in d.get("unsupported", [])]
+        d["ssh_hosts"] = [SshHost(**x) for x in d.get("ssh_hosts", [])]
         return cls(**d)

@@ -46,6 +46,10 @@ def show(dep: Deployment, target: str = "local") -> str:
         out += [f"Login: {compress(lg.node_names())} ({lg.machine_type})"]
     for fs in dep.shared_fs:
         out += [f"Shared filesystem: {fs.local_mount} ({fs.fs_type}, module {fs.module_id})"]
+    if dep.ssh_hosts:
+        rows = [[h.name, h.role, h.nodeset or "-", f"{h.user}@{h.host}:{h.port}", h.service_manager]
+                for h in dep.ssh_hosts]
+        out += ["", "Hosts (target ssh)", _table(["NAME", "ROLE", "NODESET", "SSH", "SERVICES"], rows)]
     if dep.unsupported:
         out += ["", f"Not deployed on target {target}",
                 _table(["MODULE", "SOURCE", "WHY"], [[u.module_id, u.source, u.reason] for u in dep.unsupported])]

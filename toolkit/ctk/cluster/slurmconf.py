@@ -79,6 +79,10 @@ class NodeLayout:
     # register and jobs get CUDA_VISIBLE_DEVICES.  None: gres.conf gives Count= only,
     # which slurmctld accepts but a real slurmd does not honour.
     gpu_dev_dir: str | None = None
+    # One slurmd per node (%n in its spool dir, log and pid file names) when several share a
+    # machine. False (the ssh target: one slurmd per machine): Debian's own names, which its
+    # units and ctk's roles expect (/run/slurmd.pid, slurmd.log, one spool dir).
+    per_node_files: bool = True
 
 
 # --------------------------------------------------------------------------- helpers
@@ -299,11 +303,12 @@ def _base_params(dep: Deployment, layout: NodeLayout | None, has_gpus: bool) -> 
         user = layout.slurm_user
         state_dir = layout.state_dir
         # %n is replaced by the node name, so every slurmd on the host gets its own files.
-        spool = f"{layout.spool_dir}/%n"
+        per_node = "-%n" if layout.per_node_files else ""
+        spool = f"{layout.spool_dir}/%n" if layout.per_node_files else layout.spool_dir
         ctld_log = f"{layout.log_dir}/slurmctld.log"
-        slurmd_log = f"{layout.log_dir}/slurmd-%n.log"
+        slurmd_log = f"{layout.log_dir}/slurmd{per_node}.log"
         ctld_pid = f"{layout.pid_dir}/slurmctld.pid"
-        slurmd_pid = f"{layout.pid_dir}/slurmd-%n.pid"
+        slurmd_pid = f"{layout.pid_dir}/slurmd{per_node}.pid"
         # No cgroups: the local target also runs in containers where slurmd cannot
         # create cgroups, and several slurmd on one host would fight over them.
         proctrack, task = "proctrack/linuxproc", "task/none"

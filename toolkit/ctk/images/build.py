@@ -111,6 +111,13 @@ def prefetch_wheels(store: Store, pins: dict, progress: Progress) -> None:
         what="downloading the stack's wheels failed")
 
 
+def host_ca_bundle() -> str | None:
+    """The CA bundle pip must trust wherever ctk runs it for an image or a host (this machine's,
+    which holds a TLS-inspecting proxy's CA where there is one): PIP_CERT, else the system's."""
+    bundle = os.environ.get("PIP_CERT") or "/etc/ssl/certs/ca-certificates.crt"
+    return bundle if os.path.isfile(bundle) else None
+
+
 def _build_time_inputs(store: Store) -> tuple[dict, dict, list[dict]]:
     """What a build node gets from this machine that must not shape (or enter) a layer: the
     host's CA bundle (for pip behind a TLS-intercepting proxy) and the store's wheelhouse.
@@ -119,8 +126,8 @@ def _build_time_inputs(store: Store) -> tuple[dict, dict, list[dict]]:
     Returns (run_files, extra Ansible vars, bind mounts)."""
     pip_args = []
     run_files = {}
-    bundle = os.environ.get("PIP_CERT") or "/etc/ssl/certs/ca-certificates.crt"
-    if os.path.isfile(bundle):
+    bundle = host_ca_bundle()
+    if bundle:
         run_files["ctk/ca-bundle.crt"] = {"src": bundle, "mode": "0644"}
         pip_args.append("--cert /run/ctk/ca-bundle.crt")
     return (run_files, {"pip_extra_args": " ".join(pip_args), "jax_wheelhouse": WHEELHOUSE_IN_NODE},

@@ -1,5 +1,8 @@
 """The build node: a lab node booted from the layers built so far, running only sshd, so that
-Packer's SSH communicator and Ansible reach it exactly as they reach a cloud VM."""
+Packer's SSH communicator and Ansible reach it exactly as they reach a cloud VM.
+
+The same kind of node, booted from a bare base layer with its own hostname and address, stands
+in for an existing machine of the ssh target in tests ("bare nodes")."""
 
 from __future__ import annotations
 
@@ -43,19 +46,22 @@ def _keypair(path: str) -> None:
 
 
 def boot(lowerdirs: list[str], work: str, timeout: float = 30.0, run_files: dict | None = None,
-         binds: list[dict] | None = None) -> BuildNode:
+         binds: list[dict] | None = None, *, hostname: str = "ctk-build", addr: str = BUILD_ADDR,
+         port: int | None = None) -> BuildNode:
     """Boot a build node over `lowerdirs`; its changes land in work/node/upper.
 
-    `run_files` are copied under the node's /run (tmpfs), so they never become part of a layer."""
+    `run_files` are copied under the node's /run (tmpfs), so they never become part of a layer.
+    sshd listens on `addr`:`port` (default: a free port) and accepts work/keys/client; the node's
+    hostname is `hostname`."""
     keys = os.path.join(work, "keys")
     os.makedirs(keys, mode=0o700, exist_ok=True)
     client, host = os.path.join(keys, "client"), os.path.join(keys, "host")
     for k in (client, host):
         if not os.path.exists(k):
             _keypair(k)
-    addr, port = BUILD_ADDR, _free_port(BUILD_ADDR)
+    port = port or _free_port(addr)
     spec = nodes.NodeSpec(
-        hostname="ctk-build",
+        hostname=hostname,
         state_dir=os.path.join(work, "node"),
         lowerdirs=lowerdirs,
         run_files={"ctk/ssh_host_ed25519_key": {"src": host, "mode": "0600"},
@@ -79,4 +85,4 @@ def boot(lowerdirs: list[str], work: str, timeout: float = 30.0, run_files: dict
             time.sleep(0.1)
     log = os.path.join(spec.logdir, "sshd.log")
     nodes.stop(spec.state_dir)
-    raise DaemonError(f"sshd in the build node did not start:\n{open(log).read()[-2000:] if os.path.exists(log) else ''}")
+    raise DaemonError(f"sshd in node {hostname} did not start:\n{open(log).read()[-2000:] if os.path.exists(log) else ''}")

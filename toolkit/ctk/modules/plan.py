@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any
 
-from ..blueprint.errors import Collector
+from ..blueprint.errors import Collector, did_you_mean
 from ..blueprint.expand import Expanded, ExpandedModule
 from ..blueprint.expression import Deferred, is_deferred
-from ..model import (Controller, Deployment, ImageSpec, Login, Nodeset, Partition, SharedFs,
+from ..model import (Controller, Deployment, ImageSpec, Login, Nodeset, Partition, SharedFs, SshHost,
                      Unsupported)
 from . import is_remote
+from .ctk_kinds import SERVICE_MANAGERS, SSH_HOST_KEYS, SSH_ROLES
 from .machines import accelerator_gpu, lookup_machine, lookup_tpu
 
 _CT_PARTITION_RE = re.compile(r"^[a-z][a-z0-9]*$")
+# A host's name is its hostname and Slurm NodeName: one DNS label.
+_HOST_NAME_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
 
 # TPU VM host shapes (vCPUs, GB) per generation, as Cloud TPU publishes them.
 TPU_HOSTS = {"v2": (96, 335), "v3": (96, 335), "v4": (240, 407), "v5p": (208, 448),
@@ -69,7 +73,7 @@ def plan(exp: Expanded, c: Collector) -> Deployment:
     dep = Deployment(deployment_name=dname, blueprint_name=exp.blueprint.name, slurm_cluster_name=cluster)
 
     by_id: dict[str, Nodeset] = {}
-    images = {em.id: _image(em).name for em in exp.modules if em.schema and em.schema.role == "image"}
+    images = {em.id: _image(em, exp).name for em in exp.modules if em.schema and em.schema.role == "image"}
     for em in exp.modules:
         role = em.schema.role if em.schema else None
         src = em.module.source
@@ -79,13 +83,13 @@ def plan(exp: Expanded, c: Collector) -> Deployment:
                 by_id[em.id] = ns
                 dep.nodesets.append(ns)
         elif role == "image":
-            dep.images.append(_image(em))
+            dep.images.append(_image(em, exp))
         elif role == "shared-fs" or ("/file-system/" in src and em.get("local_mount")):
             mount = _str(em.get("local_mount"))
             if mount:
                 dep.shared_fs.append(SharedFs(em.id, mount, _str(em.get("remote_mount"), "") or "",
                                               _fs_type(src, em), src))
-        elif role in ("partition", "controller", "login"):
+        elif role in ("partition", "controller", "login", "target"):
             pass  # below, once every nodeset is known
         elif role == "startup-script":
             dep.unsupported.append(Unsupported(em.id, src, em.module.group,
@@ -124,6 +128,7 @@ def plan(exp: Expanded, c: Collector) -> Deployment:
             img.stack = "jax-cuda12"
     if dep.controller is None and (dep.partitions or dep.nodesets):
         dep.controller = Controller("", hostname=f"{cluster}-controller")
+    _ssh_target(exp, dep, c, doc)
 
     defaults = [p for p in dep.partitions if p.is_default]
     if len(defaults) > 1:
@@ -152,13 +157,47 @@ def _fs_type(src: str, em: ExpandedModule) -> str:
     return _str(em.get("fs_type"), "nfs") or "nfs"
 
 
-def _image(em: ExpandedModule) -> ImageSpec:
+# Public source image families for ctk's bases on Google Cloud: (family, project).
+GCP_BASE_IMAGES = {"debian-12": ("debian-12", "debian-cloud"),
+                   "ubuntu-22.04": ("ubuntu-2204-lts", "ubuntu-os-cloud"),
+                   "ubuntu-24.04": ("ubuntu-2404-lts-amd64", "ubuntu-os-cloud"),
+                   "rocky-9": ("rocky-linux-9", "rocky-linux-cloud")}
+_CLOUD_SETTINGS = ("project_id", "zone", "machine_type", "source_image", "source_image_family",
+                   "source_image_project_id", "image_family", "image_name", "disk_size", "subnetwork_name",
+                   "omit_external_ip", "labels")
+
+
+def _cloud(em: ExpandedModule, exp: Expanded, name: str, base: str) -> dict:
+    """Packer variables for building this image on Google Cloud, from the module's settings
+    and the deployment's vars; {} when no project is named."""
+    out = {}
+    for k in _CLOUD_SETTINGS:
+        v = em.settings.get(k, exp.vars.get(k) if k in ("project_id", "zone") else None)
+        if v is not None and not is_deferred(v):
+            out[k] = v
+    if not isinstance(out.get("project_id"), str) or not isinstance(out.get("zone"), str):
+        return {}
+    if "source_image" not in out and "source_image_family" not in out:
+        family, project = GCP_BASE_IMAGES.get(base, GCP_BASE_IMAGES["debian-12"])
+        out["source_image_family"], out["source_image_project_id"] = family, [project]
+    if isinstance(out.get("source_image_project_id"), str):
+        out["source_image_project_id"] = [out["source_image_project_id"]]
+    out.setdefault("image_family", name)
+    out.setdefault("image_name", f"{name}-{exp.deployment_name}")
+    if isinstance(out.get("labels"), dict):
+        out["labels"] = {k: str(v) for k, v in out["labels"].items() if not is_deferred(v)}
+    return out
+
+
+def _image(em: ExpandedModule, exp: Expanded) -> ImageSpec:
     if em.module.source == "ctk/image":
-        return ImageSpec(name=_str(em.get("name"), em.id) or em.id, module_id=em.id,
-                         base=_str(em.get("base"), "debian-12"),
+        name = _str(em.get("name"), em.id) or em.id
+        base = _str(em.get("base"), "debian-12")
+        return ImageSpec(name=name, module_id=em.id, base=base,
                          roles=list(em.get("roles") or ["common", "munge", "slurm", "jax"]),
                          stack=_str(em.get("stack"), "jax-cpu"),
-                         extra_playbooks=list(em.get("extra_playbooks") or []), source=em.module.source)
+                         extra_playbooks=list(em.get("extra_playbooks") or []), source=em.module.source,
+                         cloud=_cloud(em, exp, name, base))
     src_img = " ".join(str(x) for x in (em.get("source_image"), em.get("source_image_family"))
                        if x and not is_deferred(x))
     base = "debian-12"
@@ -168,8 +207,9 @@ def _image(em: ExpandedModule) -> ImageSpec:
             break
     mt = lookup_machine(_str(em.get("machine_type"), "") or "")
     stack = "jax-cuda12" if (mt and mt.gpu_count) or em.get("accelerator_type") else "jax-cpu"
-    return ImageSpec(name=_str(em.get("image_family"), em.id) or em.id, module_id=em.id, base=base,
-                     stack=stack, source=em.module.source)
+    name = _str(em.get("image_family"), em.id) or em.id
+    return ImageSpec(name=name, module_id=em.id, base=base, stack=stack, source=em.module.source,
+                     cloud=_cloud(em, exp, name, base))
 
 
 def _image_of(em: ExpandedModule, images: dict[str, str]) -> str | None:
@@ -243,3 +283,189 @@ def _partition(em: ExpandedModule, by_id: dict[str, Nodeset], c: Collector, doc)
                      is_default=em.get("is_default") is True,
                      exclusive=exclusive is not False and not isinstance(exclusive, Deferred),
                      max_time=_str(max_time), oversubscribe=_str(over), conf=conf)
+
+
+# ---- the ssh target ------------------------------------------------------------------------
+
+def _port(v) -> int | None:
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, str) and v.strip().isdigit():
+        v = int(v.strip())
+    return v if isinstance(v, int) and 1 <= v <= 65535 else None
+
+
+def _ssh_target(exp: Expanded, dep: Deployment, c: Collector, doc) -> None:
+    """A ctk/target/ssh module: the blueprint's cluster on existing machines. Its hosts become
+    Deployment.ssh_hosts; each nodeset's nodes become its compute hosts (Nodeset.hostnames),
+    the controller's hostname the controller host's name."""
+    targets = [em for em in exp.modules if em.schema and em.schema.role == "target"]
+    if not targets:
+        return
+    for extra in targets[1:]:
+        c.add("a blueprint has one ssh target module", doc.pos(extra.module.path + ("id",)),
+              f"'{targets[0].id}' already lists the hosts; list every machine there")
+    em = targets[0]
+    dep.target = "ssh"
+    n_errors = len(c.errors)
+    settings = em.module.path + ("settings",)
+    default_mgr = _str(em.get("service_manager"), "systemd")
+    if default_mgr not in SERVICE_MANAGERS:
+        c.add(f"unknown service_manager {default_mgr!r}", doc.pos(settings + ("service_manager",)),
+              "one of: " + ", ".join(SERVICE_MANAGERS))
+        default_mgr = "systemd"
+    hosts = em.get("hosts")
+    if not isinstance(hosts, list):
+        return  # a wrong type or a missing setting was reported by validate()
+    if not hosts:
+        c.add("the ssh target lists no hosts", doc.pos(settings + ("hosts",)),
+              "add one mapping per machine: {name, host, role} (and key, user, port, nodeset)")
+        return
+    base_dir = os.path.dirname(os.path.abspath(doc.file))
+    nodesets: dict[str, Nodeset] = {}
+    for ns in dep.nodesets:
+        nodesets.setdefault(ns.name, ns)
+        nodesets.setdefault(ns.module_id, ns)
+    out: list[SshHost] = []
+    names: dict[str, int] = {}
+    machines: dict[tuple[str, int], str] = {}
+    for i, h in enumerate(hosts):
+        here = settings + ("hosts", i)
+
+        def err(msg: str, key: str | None = None, hint: str = "") -> None:
+            c.add(f"ssh host {i + 1}{label}: {msg}", doc.pos(here + ((key,) if key else ())), hint)
+
+        label = ""
+        if not isinstance(h, dict):
+            c.add(f"ssh host {i + 1} must be a mapping, found {type(h).__name__}", doc.pos(here),
+                  "for example {name: node-0, host: 10.0.0.5, role: compute, nodeset: debug, key: ~/.ssh/id_ed25519}")
+            continue
+        name = h.get("name")
+        label = f" ({name})" if isinstance(name, str) and name else ""
+        ok = True
+        for k in h:
+            if k not in SSH_HOST_KEYS:
+                c.add(f"ssh host {i + 1}{label}: unknown key '{k}'", doc.key_pos(here + (k,)),
+                      did_you_mean(str(k), list(SSH_HOST_KEYS)) or "keys: " + ", ".join(SSH_HOST_KEYS))
+                ok = False
+        if not isinstance(name, str) or not _HOST_NAME_RE.match(name):
+            err("needs a name, a hostname (letters, digits, '-'), which is its Slurm node name"
+                if name is None else f"invalid name {name!r}", "name" if name is not None else None,
+                "use letters, digits and '-', at most 63, not starting or ending with '-'")
+            ok = False
+        elif name in names:
+            err(f"name '{name}' is used by host {names[name] + 1} too", "name", "every host needs its own name")
+            ok = False
+        else:
+            names[name] = i
+        addr = h.get("host")
+        if not isinstance(addr, str) or not addr.strip() or any(ch.isspace() for ch in addr.strip()):
+            err("needs host, the address or DNS name ssh connects to" if addr is None else
+                f"invalid host {addr!r}", "host" if addr is not None else None)
+            ok = False
+        role = h.get("role")
+        if role not in SSH_ROLES:
+            err("needs a role" if role is None else f"unknown role {role!r}", "role" if role is not None else None,
+                did_you_mean(str(role), list(SSH_ROLES)) if isinstance(role, str) else
+                "one of: " + ", ".join(SSH_ROLES))
+            ok = False
+        port = _port(h.get("port", 22))
+        if port is None:
+            err(f"invalid port {h.get('port')!r}", "port", "a TCP port, 1-65535")
+            ok = False
+        user = h.get("user", "root")
+        if not isinstance(user, str) or not re.match(r"^[A-Za-z_][A-Za-z0-9_.-]*$", user):
+            err(f"invalid user {user!r}", "user")
+            ok = False
+        key = h.get("key")
+        key_path = None
+        if key is not None:
+            if not isinstance(key, str) or not key:
+                err(f"key must be the path of a private key file, found {key!r}", "key")
+                ok = False
+            else:
+                key_path = os.path.normpath(os.path.join(base_dir, os.path.expanduser(key)))
+                if not os.path.isfile(key_path):
+                    err(f"key file '{key}' does not exist", "key", f"looked for {key_path}")
+                    ok = False
+                elif key_path.endswith(".pub"):
+                    err(f"key '{key}' is a public key", "key", "give the private key's path (without .pub)")
+                    ok = False
+        mgr = h.get("service_manager", default_mgr)
+        if mgr not in SERVICE_MANAGERS:
+            err(f"unknown service_manager {mgr!r}", "service_manager", "one of: " + ", ".join(SERVICE_MANAGERS))
+            ok = False
+        ports = {}
+        for k in ("slurmd_port", "slurmctld_port"):
+            if h.get(k) is not None:
+                ports[k] = _port(h[k])
+                if ports[k] is None:
+                    err(f"invalid {k} {h[k]!r}", k, "a TCP port, 1-65535")
+                    ok = False
+        if role != "compute" and "slurmd_port" in h:
+            err("slurmd_port is for compute hosts (slurmd runs there)", "slurmd_port")
+            ok = False
+        if role != "controller" and "slurmctld_port" in h:
+            err("slurmctld_port is for the controller host", "slurmctld_port")
+            ok = False
+        nodeset = ""
+        if role == "compute":
+            ref = h.get("nodeset")
+            live = sorted({ns.name for ns in dep.nodesets})
+            if ref is None and len(live) == 1:
+                nodeset = live[0]
+            elif ref is None:
+                err("a compute host needs nodeset, the nodeset it is a node of", None,
+                    "nodesets: " + ", ".join(live) if live else "the blueprint has no nodeset "
+                    "(add a ctk/slurm/nodeset module)")
+                ok = False
+            elif not isinstance(ref, str) or ref not in nodesets:
+                err(f"no nodeset {ref!r}", "nodeset",
+                    (did_you_mean(str(ref), list(nodesets)) if isinstance(ref, str) else "")
+                    or ("nodesets: " + ", ".join(live) if live else "the blueprint has no nodeset"))
+                ok = False
+            else:
+                nodeset = nodesets[ref].name
+        elif h.get("nodeset") is not None:
+            err(f"only compute hosts belong to a nodeset (this one is {role})", "nodeset")
+            ok = False
+        if ok:
+            machine = (addr.strip(), port)
+            if machine in machines:
+                err(f"{addr}:{port} is listed twice (also as '{machines[machine]}')", "host",
+                    "list each machine once")
+                continue
+            machines[machine] = name
+            out.append(SshHost(name=name, host=addr.strip(), role=role, port=port, user=user, key=key_path,
+                               nodeset=nodeset, slurmd_port=ports.get("slurmd_port"),
+                               slurmctld_port=ports.get("slurmctld_port"), service_manager=mgr))
+    controllers = [h for h in out if h.role == "controller"]
+    if len(controllers) > 1:
+        c.add(f"the ssh target lists {len(controllers)} controllers ("
+              + ", ".join(h.name for h in controllers) + ")", doc.pos(settings + ("hosts",)),
+              "give exactly one host role: controller")
+    elif not controllers and len(c.errors) == n_errors:
+        c.add("the ssh target lists no controller", doc.pos(settings + ("hosts",)),
+              "give one host role: controller (slurmctld runs there)")
+    if len(c.errors) > n_errors:
+        return
+    for ns in dep.nodesets:
+        mine = [h.name for h in out if h.role == "compute" and h.nodeset == ns.name]
+        if ns.node_count_static > len(mine):
+            nem = exp.module(ns.module_id)
+            where = nem.module.path + (("settings", "node_count_static") if "node_count_static" in nem.settings
+                                       else ("id",))
+            c.add(f"nodeset '{ns.name}' has {ns.node_count_static} static nodes but the ssh target lists "
+                  f"{len(mine)} compute host(s) for it", doc.pos(where),
+                  f"list one host per node (role: compute, nodeset: {ns.name}) in '{em.id}', "
+                  "or lower node_count_static")
+            continue
+        # Existing machines are all up: every host is a static node, named as the blueprint names it.
+        ns.hostnames = mine
+        ns.node_count_static, ns.node_count_dynamic_max = len(mine), 0
+    ctl = controllers[0]
+    if dep.controller is None:
+        dep.controller = Controller("", hostname=ctl.name)
+    else:
+        dep.controller.hostname = ctl.name
+    dep.ssh_hosts = out

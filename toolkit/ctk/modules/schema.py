@@ -35,6 +35,7 @@ class Output:
 class ModuleKind:
     """A module source ctk knows. `role` says what it becomes in the Deployment model:
     nodeset, nodeset-tpu, partition, controller, login, image, shared-fs, startup-script,
+    target (where the cluster is deployed: ctk/target/ssh),
     or "" for a known module ctk keeps but does not deploy (network, filestore, ...)."""
 
     source: str
