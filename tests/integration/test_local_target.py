@@ -172,14 +172,19 @@ def test_a3mega_fixture_schedules_8_gpus_and_refuses_9(lab_build, state, tmp_pat
                  "--vars", "project_id=p,deployment_name=a3,disk_size_gb=100,a3mega_cluster_size=64",
                  "--max-nodes", "2")
     try:
-        jid = lab.slurm("sbatch", "--parsable", "-N1", "--gpus-per-node=8", "--wrap", "sleep 2").stdout.strip()
-        states = set()
-        for _ in range(100):
-            states.add(lab.slurm("squeue", "-h", "-j", jid, "-o", "%T").stdout.strip())
-            if "RUNNING" in states:
+        # The batch job runs in the nodes, where only /home is shared: give it a folder there.
+        jid = lab.slurm("sbatch", "--parsable", "-N1", "--gpus-per-node=8", "--chdir=/tmp", "--output=/dev/null",
+                        "--wrap", "test \"$CUDA_VISIBLE_DEVICES\" = 0,1,2,3,4,5,6,7").stdout.strip()
+        job = {}
+        for _ in range(200):
+            out = lab.slurm("scontrol", "show", "-o", "job", jid).stdout
+            job = dict(tok.split("=", 1) for tok in out.split() if "=" in tok)
+            if job.get("JobState") in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"):
                 break
             time.sleep(0.1)
-        assert "RUNNING" in states, states  # scheduled on an emulated 8 x H100 node
+        # Scheduled on an emulated 8 x H100 node, ran, and saw all eight GPUs.
+        assert (job.get("JobState"), job.get("ExitCode")) == ("COMPLETED", "0:0"), job
+        assert job["NodeList"].startswith("a3a3meganodeset-")
         out = lab.slurm("srun", "-N1", "--gpus-per-node=8", "bash", "-c", "echo $CUDA_VISIBLE_DEVICES").stdout
         assert out.strip() == "0,1,2,3,4,5,6,7"
         r = lab.slurm("sbatch", "-N1", "--gpus-per-node=9", "--wrap", "true", check=False)
