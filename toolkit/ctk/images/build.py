@@ -173,14 +173,39 @@ def _log_path(store: Store, image: str, role: str) -> str:
     return path
 
 
+SEED_VENV_IN_NODE = "/run/ctk-seed-venv"
+
+
+def _seed_venv(store: Store, lp: LayerPlan) -> tuple[str, str] | None:
+    """(key, venv path) of the newest jax layer built over the same layers below, if any:
+    starting from its venv, a pin change reinstalls only the changed packages. (The result is
+    the venv pip makes of the new pins; a package the new pins no longer need may stay.)"""
+    if lp.role != "jax":
+        return None
+    donors = []
+    for key in store.all_layers():
+        meta = store.meta(key)
+        venv = os.path.join(store.layer_root(key), "opt", "ctk", "jax")
+        if meta.get("role") == "jax" and meta.get("parent") == lp.parent and \
+                os.path.lexists(os.path.join(venv, "bin", "python")):
+            donors.append((meta.get("created", ""), key, venv))
+    return max(donors)[1:] if donors else None
+
+
 def _build_layer(store: Store, image: str, lp: LayerPlan, lower_keys: list[str], progress: Progress) -> float:
     work = store.scratch(f"{lp.key}.build")
     t0 = time.monotonic()
     run_files, _, binds = _build_time_inputs(store)
+    extra = {}
+    seed = _seed_venv(store, lp)
+    if seed:
+        binds = binds + [{"src": seed[1], "dest": SEED_VENV_IN_NODE, "ro": True}]
+        extra["jax_seed_venv"] = SEED_VENV_IN_NODE
+        progress.task(f"starting from the venv of layer {seed[0]}")
     node = buildnode.boot(store.lowerdirs(lower_keys), work, run_files=run_files, binds=binds)
     log_path = _log_path(store, image, lp.role)
     try:
-        _apply_role(store, node, lp.role, lp.variables, work, log_path, progress)
+        _apply_role(store, node, lp.role, {**lp.variables, **extra}, work, log_path, progress)
     except packer.PackerError as e:
         raise ImageBuildError(f"image '{image}', layer '{lp.role}': {e}\n(full log: {log_path})") from None
     finally:
