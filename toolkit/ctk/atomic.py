@@ -30,6 +30,17 @@ def write_file(path: str, data: str | bytes, mode: int = 0o644) -> None:
         raise
 
 
+def write_if_changed(path: str, text: str, mode: int = 0o644) -> bool:
+    """Write atomically unless the file already holds exactly this text and mode."""
+    try:
+        if open(path).read() == text and (os.stat(path).st_mode & 0o777) == mode:
+            return False
+    except FileNotFoundError:
+        pass
+    write_file(path, text, mode)
+    return True
+
+
 def _exchange(a: str, b: str) -> bool:
     """Swap two paths in one step (Linux renameat2 RENAME_EXCHANGE); False if unsupported."""
     try:

@@ -129,14 +129,8 @@ def update(exp: Expanded, dep: Deployment, out_dir: str) -> list[str]:
         raise UserError(f"{out_dir} is not a ctk deployment folder (no deployment.json); not writing into it")
     changed = []
     for rel, text in artifacts(exp, dep).items():
-        path = os.path.join(out_dir, rel)
-        try:
-            if open(path).read() == text:
-                continue
-        except FileNotFoundError:
-            pass
-        atomic.write_file(path, text)
-        changed.append(rel)
+        if atomic.write_if_changed(os.path.join(out_dir, rel), text):
+            changed.append(rel)
     for rel, src in exp.staged.items():
         dest = os.path.join(out_dir, rel)
         if os.path.isdir(src):

@@ -170,6 +170,19 @@ def _spawn(name: str, argv: list[str], out_path: Path, env: Mapping[str, str] | 
         out.close()
 
 
+def ensure_munge_key(path: str) -> str:
+    """A munge key at `path` (1024 random bytes, 0400, its folder 0700), made once; never read
+    back or printed by ctk."""
+    folder = os.path.dirname(path)
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    os.chmod(folder, 0o700)
+    if not os.path.exists(path):
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
+        with os.fdopen(fd, "wb") as f:
+            f.write(os.urandom(1024))
+    return path
+
+
 def start_munged(
     directory: str | os.PathLike,
     *,
@@ -179,7 +192,7 @@ def start_munged(
 ) -> Proc:
     """Start a private munged whose files all live in ``directory``.
 
-    Creates ``munge.key`` (1024 random bytes, mode 0400) unless ``key_file`` is given.
+    Creates ``key/munge.key`` (1024 random bytes, mode 0400) unless ``key_file`` is given.
     The socket is ``<directory>/munge.sock``; pass it to Slurm as
     ``AuthInfo=socket=<path>``.  ``Proc.env`` has no entry: munge clients take the
     socket as ``--socket``.  ``force`` adds munged's --force (needed, for instance, when
@@ -193,11 +206,7 @@ def start_munged(
             f"munge socket path is too long for a Unix socket ({len(str(sock))} bytes): {sock}"
         )
     if key_file is None:
-        key = d / "munge.key"
-        if not key.exists():
-            fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
-            with os.fdopen(fd, "wb") as f:
-                f.write(os.urandom(1024))
+        key = Path(ensure_munge_key(str(d / "key" / "munge.key")))
     else:
         key = Path(key_file).resolve()
     log = d / "munged.log"

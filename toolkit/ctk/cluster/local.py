@@ -35,7 +35,7 @@ from ..model import Deployment, ImageSpec
 from ..progress import Progress
 from . import leases
 from . import node as nodes
-from .daemons import DaemonError, start_munged
+from .daemons import DaemonError, ensure_munge_key, start_munged
 from .hostlist import compress
 from .slurmconf import NodeLayout, render_cgroup_conf, render_gres_conf, render_slurm_conf
 
@@ -231,26 +231,8 @@ def _save_state(deployment_dir: str, state: dict) -> None:
     atomic.write_file(os.path.join(lab_dir(deployment_dir), "state.json"), json.dumps(state, indent=1) + "\n")
 
 
-def _write_if_changed(path: str, text: str, mode: int = 0o644) -> bool:
-    try:
-        if open(path).read() == text:
-            return False
-    except FileNotFoundError:
-        pass
-    atomic.write_file(path, text, mode)
-    return True
-
-
 def _munge_key(ldir: str) -> str:
-    d = os.path.join(ldir, "secrets")
-    os.makedirs(d, mode=0o700, exist_ok=True)
-    os.chmod(d, 0o700)
-    key = os.path.join(d, "munge.key")
-    if not os.path.exists(key):
-        fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
-        with os.fdopen(fd, "wb") as f:
-            f.write(os.urandom(1024))
-    return key
+    return ensure_munge_key(os.path.join(ldir, "secrets", "munge.key"))
 
 
 def host_munged_running(ldir: str) -> bool:
@@ -351,7 +333,7 @@ def deploy_local(dep: Deployment, deployment_dir: str, *, max_nodes: int = DEFAU
                 os.symlink("/dev/null", link)
         key = _munge_key(ldir)
         files = lab_files(plan, ldir)
-        changed = [rel for rel, text in files.items() if _write_if_changed(os.path.join(ldir, rel), text)]
+        changed = [rel for rel, text in files.items() if atomic.write_if_changed(os.path.join(ldir, rel), text)]
         for rel in ("etc/slurm/gres.conf", "host/gres.conf"):
             if rel not in files and os.path.exists(os.path.join(ldir, rel)):
                 os.unlink(os.path.join(ldir, rel))

@@ -45,7 +45,7 @@ from ..model import Deployment, ImageSpec, SshHost
 from ..progress import Progress
 from ..runner import CommandError, run
 from ..stacks import get_stack
-from .daemons import DaemonError, start_munged
+from .daemons import DaemonError, ensure_munge_key, start_munged
 from .slurmconf import (PROD_LOG_DIR, PROD_PID_DIR, PROD_SLURMCTLD_PORT, PROD_SLURMD_PORT, PROD_SPOOL_DIR,
                         PROD_STATE_DIR, NodeLayout, render_cgroup_conf, render_gres_conf,
                         render_slurm_conf)
@@ -292,27 +292,9 @@ def run_phase(deployment_dir: str, phase: str, progress: Progress, inventory_fil
 
 # ---- side effects ---------------------------------------------------------------------------
 
-def _write_if_changed(path: str, text: str, mode: int = 0o644) -> bool:
-    try:
-        if open(path).read() == text and (os.stat(path).st_mode & 0o777) == mode:
-            return False
-    except FileNotFoundError:
-        pass
-    atomic.write_file(path, text, mode)
-    return True
-
-
 def munge_key(sdir: str) -> str:
     """The cluster's munge key (1024 random bytes, 0400 in a 0700 folder), made once."""
-    d = os.path.join(sdir, "secrets")
-    os.makedirs(d, mode=0o700, exist_ok=True)
-    os.chmod(d, 0o700)
-    key = os.path.join(d, "munge.key")
-    if not os.path.exists(key):
-        fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
-        with os.fdopen(fd, "wb") as f:
-            f.write(os.urandom(1024))
-    return key
+    return ensure_munge_key(os.path.join(sdir, "secrets", "munge.key"))
 
 
 def load_state(deployment_dir: str) -> dict | None:
@@ -375,7 +357,7 @@ def write_files(dep: Deployment, deployment_dir: str) -> tuple[dict, list[str]]:
     munge_key(sdir)
     files = ssh_files(dep, sdir)
     changed = [rel for rel, text in files.items()
-               if _write_if_changed(os.path.join(sdir, rel), text, 0o600 if rel == "inventory.yml" else 0o644)]
+               if atomic.write_if_changed(os.path.join(sdir, rel), text, 0o600 if rel == "inventory.yml" else 0o644)]
     for rel in ("etc/slurm/gres.conf", "host/gres.conf"):
         if rel not in files and os.path.exists(os.path.join(sdir, rel)):
             os.unlink(os.path.join(sdir, rel))
