@@ -36,8 +36,8 @@ demo: deps
 	$(VENV)/bin/ctk show blueprints/lab.yaml
 	$(VENV)/bin/ctk image build blueprints/lab.yaml
 	$(VENV)/bin/ctk deploy blueprints/lab.yaml -o lab
-	@echo "==> a 2-node job: srun -N2 hostname"
-	@eval "$$($(VENV)/bin/ctk env lab)" && srun -N2 hostname
+	@echo "==> a 2-node job: srun -N2 --chdir=/tmp hostname"
+	@eval "$$($(VENV)/bin/ctk env lab)" && srun -N2 --chdir=/tmp hostname
 	@echo
 	@echo "The lab cluster is up. Use it: eval \"\$$(.venv/bin/ctk env lab)\"; sinfo  --  stop it: .venv/bin/ctk destroy lab"
 
