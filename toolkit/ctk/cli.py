@@ -73,6 +73,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-q", "--quiet", action="store_true", help="print only the result")
     p.add_argument("--json", action="store_true", help="machine-readable result")
 
+    job = sub.add_parser("job", help="render batch scripts for JAX training from sbatch templates",
+                         description="Batch scripts from the templates in sbatch/: resources, srun launch, "
+                         "JAX/XLA/NCCL/TPU settings, preemption-safe mode. With --deployment the "
+                         "accelerator, GPUs per node, network and TPU facts come from the cluster.")
+    jsub = job.add_subparsers(dest="job_cmd", metavar="SUBCOMMAND", parser_class=_Parser)
+    p = jsub.add_parser("templates", help="the templates and their parameters")
+    p.add_argument("--json", action="store_true", help="machine-readable list")
+    p = jsub.add_parser("render", help="print the batch script of a template",
+                        usage="ctk job render TEMPLATE [--set K=V]... [--nodes N] [--deployment DIR] "
+                        "[--nodeset NAME] [-- CMD [ARG...]]")
+    p.add_argument("template", help="template name (see ctk job templates)")
+    p.add_argument("--set", action="append", default=[], metavar="K=V", dest="sets",
+                   help="set a template parameter (repeatable; lists as [a, b] or a,b)")
+    p.add_argument("--nodes", metavar="N", help="number of nodes (same as --set nodes=N)")
+    p.add_argument("--deployment", metavar="DIR", help="deployment folder whose deployment.json describes the cluster")
+    p.add_argument("--nodeset", metavar="NAME", help="nodeset to run on (default: the default partition's first)")
+    p.set_defaults(command=[])  # the words after `--` (split off in main)
+
     p = sub.add_parser("status", help="nodes and partitions of a deployed cluster (lab or ssh target)")
     p.add_argument("dir", nargs="?", default=".", help="deployment folder (default: .)")
     p.add_argument("--json", action="store_true", help="machine-readable status")
@@ -122,7 +140,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     ap = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    job_command = None
+    if argv[:1] == ["job"] and "--" in argv:  # ctk job render ... -- CMD: CMD is the user's, verbatim
+        i = argv.index("--")
+        argv, job_command = argv[:i], argv[i + 1:]
     args = ap.parse_args(argv)
+    if job_command is not None:
+        args.command = job_command
     if not args.cmd:
         ap.print_help()
         return EXIT_USAGE
@@ -134,6 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.cmd == "image":
             return _image(args, ap)
+        if args.cmd == "job":
+            return _job(args, ap)
         if args.cmd in ("status", "destroy", "exec", "env"):
             return _lab(args)
         return _run(args)
@@ -295,6 +322,21 @@ def _image(args, ap) -> int:
             print(f"{r['image']}: {r['summary']}")
         return EXIT_OK
     raise AssertionError(args.image_cmd)
+
+
+def _job(args, ap) -> int:
+    from .jobs import commands as jobcli
+
+    if not args.job_cmd:
+        ap.parse_args(["job", "--help"])
+    if args.job_cmd == "templates":
+        sys.stdout.write(jobcli.templates_text(args.json))
+        return EXIT_OK
+    if args.job_cmd == "render":
+        sys.stdout.write(jobcli.render_cli(args.template, args.sets, args.nodes, args.deployment,
+                                           args.nodeset, list(getattr(args, "command", []))))
+        return EXIT_OK
+    raise AssertionError(args.job_cmd)
 
 
 def _run(args) -> int:

@@ -1,0 +1,277 @@
+"""sbatch templates (ctk job render): every variant is valid bash and clean under shellcheck;
+no value can change a script's #SBATCH header or run anything; golden scripts; bad input."""
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import tempfile
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import ROOT
+from ctk.blueprint.errors import UserError
+from ctk.cli import main
+from ctk.jobs import templates
+from ctk.model import Deployment
+
+GOLDEN = os.path.join(ROOT, "tests", "golden", "jobs")
+CMD = ["python3", "train.py", "--steps", "10"]
+NEEDS = {"array": {"sweep": ["--lr=0.1 --bs=32", "--lr=0.2"]}, "container": {"image": "nvcr.io#nvidia/jax:25.04-py3"}}
+
+VARIANTS = {
+    "cpu": {"accelerator": "cpu", "nodes": 2},
+    "gpu-tcp": {"accelerator": "gpu", "network": "tcp", "nodes": 2},
+    "gpu-tcpx": {"accelerator": "gpu", "network": "gpudirect-tcpx", "nodes": 2},
+    "gpu-tcpxo": {"accelerator": "gpu", "network": "gpudirect-tcpxo", "nodes": 2},
+    "gpu-rdma": {"accelerator": "gpu", "network": "rdma", "nodes": 2, "nccl_ctrl_dev": "eth0,eth1"},
+    "tpu": {"accelerator": "tpu", "tpu_type": "v5p-8", "nodes": 2},
+    "tpu-multislice": {"accelerator": "tpu", "tpu_type": "v5p-8", "nodes": 4, "num_slices": 2},
+}
+
+
+def _dep(name: str) -> Deployment:
+    with open(os.path.join(ROOT, "tests", "golden", name, "deployment.json")) as f:
+        return Deployment.from_dict(json.load(f))
+
+
+def _cases():
+    for name in templates.list_templates():
+        for variant, params in VARIANTS.items():
+            tpl = templates.load_template(name)
+            own = {k: v for k, v in params.items() if k in tpl.params}
+            if name in ("array", "container") and variant not in ("cpu", "gpu-tcp"):
+                continue  # no accelerator parameters: one variant is enough
+            for pre in (False, True):
+                p = dict(NEEDS.get(name, {}), **own, preemptible=pre)
+                if pre:
+                    p["checkpoint_hook"] = ["python3", "save.py", "--now"]
+                yield pytest.param(name, p, id=f"{name}-{variant}-{'preempt' if pre else 'plain'}")
+
+
+def header(script: str) -> list[str]:
+    return [line for line in script.split("\n") if line.startswith("#SBATCH")]
+
+
+@pytest.mark.parametrize("name,params", list(_cases()))
+def test_renders_and_passes_bash_n_and_shellcheck(name, params):
+    script = templates.render(name, params, CMD)
+    assert script.startswith("#!/bin/bash\n")
+    assert "--nodes=" in script and "srun " in script
+    if params.get("preemptible"):
+        for line in ("#SBATCH --requeue", "#SBATCH --open-mode=append", "#SBATCH --signal=B:USR2@90"):
+            assert line in script
+        assert 'scontrol requeue "$SLURM_JOB_ID"' in script and "trap ctk_on_usr2 USR2" in script
+    assert "CTK_RESTART_COUNT" in script and "USR1" not in script.replace("USR1 is not used", "")
+    r = subprocess.run(["bash", "-n"], input=script, text=True, capture_output=True)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run(["shellcheck", "-s", "bash", "-"], input=script, text=True, capture_output=True)
+    assert r.returncode == 0 and not r.stdout.strip(), r.stdout + r.stderr
+
+
+def test_accelerator_specifics():
+    gpu = templates.render("jax-train", VARIANTS["gpu-tcpxo"], CMD)
+    assert "#SBATCH --ntasks-per-node=8" in gpu and "#SBATCH --gpus-per-node=8" in gpu
+    assert "--xla_gpu_enable_latency_hiding_scheduler=true" in gpu and "XLA_PYTHON_CLIENT_MEM_FRACTION" in gpu
+    assert "NCCL_FASTRAK_IFNAME" in gpu and "JAX_COORDINATOR_PORT" in gpu
+    assert "NCCL_NET=gIB" not in gpu and "nccl-env-profile.sh" in gpu
+    assert "NCCL_GPUDIRECTTCPX_SOCKET_IFNAME" in templates.render("jax-train", VARIANTS["gpu-tcpx"], CMD)
+    assert "set_nccl_env.sh" in templates.render("jax-train", VARIANTS["gpu-rdma"], CMD)
+    assert "NCCL_NET=Socket" in templates.render("jax-train", VARIANTS["gpu-tcp"], CMD)
+    untuned = templates.render("jax-train", dict(VARIANTS["gpu-tcp"], xla_tuned=False), CMD)
+    assert "XLA_FLAGS" not in untuned
+    tpu = templates.render("jax-train", VARIANTS["tpu-multislice"], CMD)
+    assert "#SBATCH --ntasks-per-node=1" in tpu and "LIBTPU_INIT_ARGS" in tpu
+    for var in ("MEGASCALE_COORDINATOR_ADDRESS", "MEGASCALE_NUM_SLICES=2", "MEGASCALE_SLICE_ID", "MEGASCALE_PORT"):
+        assert var in tpu
+    assert "MEGASCALE" not in templates.render("jax-train", VARIANTS["tpu"], CMD)
+    arr = templates.render("array", {"sweep": ["a", "b", "c"], "max_parallel": 2}, CMD)
+    assert "#SBATCH --array=0-2%2" in arr
+    cont = templates.render("container", dict(NEEDS["container"], mounts=["/data:/data"], env=["A=1 2"]), CMD)
+    assert "--container-image=" in cont and "--container-mounts=/data:/data" in cont
+    assert "--container-env=CTK_RESTART_COUNT,A" in cont and "export A='1 2'" in cont
+
+
+def _tpu_slice_ids(script: str, nodes: int) -> list[str]:
+    """Run the multislice srun wrapper as each node would: the slice id per SLURM_NODEID."""
+    line = next(x for x in script.split("\n") if x.startswith("srun "))
+    words = shlex.split(line)
+    i = words.index("bash")
+    out = []
+    for node in range(nodes):
+        env = dict(os.environ, SLURM_NODEID=str(node), CTK_HOSTS_PER_SLICE="2")
+        r = subprocess.run(words[i:i + 4] + ["sh", "-c", 'echo "$MEGASCALE_SLICE_ID"'], env=env,
+                           capture_output=True, text=True, check=True)
+        out.append(r.stdout.strip())
+    return out
+
+
+def test_tpu_slice_id_per_node():
+    script = templates.render("jax-train", VARIANTS["tpu-multislice"], CMD)
+    assert _tpu_slice_ids(script, 4) == ["0", "0", "1", "1"]
+
+
+def test_uneven_slices_rejected():
+    with pytest.raises(UserError, match="num_slices"):
+        templates.render("jax-train", {"accelerator": "tpu", "nodes": 3, "num_slices": 2}, CMD)
+
+
+# ---- property tests: values reach the program verbatim, nothing else runs ----------------
+
+DANGEROUS = ["$(touch {m})", "`touch {m}`", "'; touch {m}; '", "\"; touch {m}; \"", "\n#SBATCH --nodes=99\n",
+             "x\ntouch {m}\n", "${{IFS}}touch${{IFS}}{m}", "\\", "'", "--", "-c", "ü日本\u2028\x85", "a\rb\tc\x1b[0m",
+             "#SBATCH --partition=evil", "CTK_PY_END\ntouch {m}", "$'\\n'"]
+
+
+def _text(marker):
+    danger = st.sampled_from(DANGEROUS).map(lambda s: s.format(m=marker))
+    return st.one_of(danger, st.text(st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)),
+                                     max_size=40))
+
+
+def _run_stubbed(script: str, workdir: str) -> list[str]:
+    bindir = os.path.join(workdir, "bin")
+    os.makedirs(bindir, exist_ok=True)
+    argv_file = os.path.join(workdir, "argv")
+    with open(os.path.join(bindir, "srun"), "w") as f:
+        f.write(f'#!/bin/bash\nprintf "%s\\0" "$@" > {shlex.quote(argv_file)}\n')
+    with open(os.path.join(bindir, "scontrol"), "w") as f:
+        f.write("#!/bin/bash\necho node-0\n")
+    for n in ("srun", "scontrol"):
+        os.chmod(os.path.join(bindir, n), 0o755)
+    path = os.path.join(workdir, "job.sh")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(script)
+    env = {"PATH": bindir + ":/usr/bin:/bin", "SLURM_JOB_NODELIST": "node-0", "SLURM_JOB_ID": "7",
+           "SLURM_ARRAY_TASK_ID": "0", "HOME": workdir, "LANG": "C.UTF-8"}
+    r = subprocess.run(["bash", path], cwd=workdir, env=env, capture_output=True, timeout=20)
+    assert r.returncode == 0, r.stderr.decode(errors="replace")
+    with open(argv_file, "rb") as f:
+        data = f.read()
+    return [w.decode("utf-8") for w in data.split(b"\0")[:-1]]
+
+
+def _fuzzable(name):
+    tpl = templates.load_template(name)
+    return sorted(p.name for p in tpl.params.values() if p.type in ("str", "list"))
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_any_value_reaches_the_program_verbatim_and_runs_nothing(data):
+    name = data.draw(st.sampled_from(templates.list_templates()), label="template")
+    variant = data.draw(st.sampled_from(sorted(VARIANTS)), label="variant")
+    tpl = templates.load_template(name)
+    base = dict(NEEDS.get(name, {}), **{k: v for k, v in VARIANTS[variant].items() if k in tpl.params})
+    base["preemptible"] = data.draw(st.booleans(), label="preemptible")
+    with tempfile.TemporaryDirectory() as work:
+        marker = os.path.join(work, "pwned")
+        text = _text(marker)
+        command = data.draw(st.lists(text, min_size=1, max_size=4), label="command")
+        key = data.draw(st.sampled_from(_fuzzable(name)), label="param")
+        ptype = tpl.params[key].type
+        value = data.draw(st.lists(text, min_size=1, max_size=3) if ptype == "list" else text, label="value")
+        plain = templates.render(name, base, ["prog"])
+        try:
+            script = templates.render(name, dict(base, **{key: value}), command)
+        except UserError:
+            return  # rejected (a value not allowed in an #SBATCH line, an unsplittable sweep entry ...)
+        expect_header = header(templates.render(name, dict(base, **{key: value}), ["prog"]))
+        if key not in ("job_name", "partition", "time", "output_dir", "sweep", "image", "mounts", "env",
+                       "accelerator", "network", "tpu_type"):
+            assert expect_header == header(plain)  # free-text values never touch the header
+        assert header(script) == expect_header  # the command never touches it either
+        for line in expect_header:
+            assert "\n" not in line and "evil" not in line and "99" not in line
+        argv = _run_stubbed(script, work)
+        assert not os.path.exists(marker)
+        tail = list(command)
+        if name == "array":
+            sweep = dict(base, **{key: value})["sweep"]
+            tail += shlex.split(sweep[0])
+        if name == "jax-smoke":
+            assert argv[-2] == "-c"
+            tail += ["-c", argv[-1]]
+        assert argv[-len(tail):] == tail
+
+
+# ---- golden scripts -----------------------------------------------------------------------
+
+GOLDEN_CASES = {
+    "jax-train-gpu-a3mega.sbatch": ("ct-a3mega", {"nodes": 2, "preemptible": True,
+                                                  "checkpoint_hook": ["python3", "save.py"]}),
+    "jax-train-tpu-multislice.sbatch": ("ct-hpc-slurm6-tpu", {"nodes": 4, "num_slices": 2}),
+    "jax-train-cpu.sbatch": ("lab", {"nodes": 2}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(GOLDEN_CASES))
+def test_golden(case, capsys):
+    dep_name, params = GOLDEN_CASES[case]
+    sets = [f"--set={k}={v if not isinstance(v, list) else ','.join(v)}" for k, v in params.items()]
+    dep_dir = os.path.join(ROOT, "tests", "golden", dep_name)
+    assert main(["job", "render", "jax-train", *sets, "--deployment", dep_dir, "--", *CMD]) == 0
+    got = capsys.readouterr().out
+    path = os.path.join(GOLDEN, case)
+    if os.environ.get("CTK_UPDATE_GOLDEN"):
+        os.makedirs(GOLDEN, exist_ok=True)
+        with open(path, "w") as f:
+            f.write(got)
+    with open(path) as f:
+        assert got == f.read(), f"{case} differs; regenerate with CTK_UPDATE_GOLDEN=1 and review the diff"
+
+
+def test_deployment_facts():
+    facts = templates.cluster_facts(_dep("ct-a3mega"), None)
+    assert facts == {"accelerator": "gpu", "network": "gpudirect-tcpxo", "partition": "a3mega", "gpus_per_node": 8}
+    assert templates.cluster_facts(_dep("ct-a3mega"), "debugnodeset")["accelerator"] == "cpu"
+    assert templates.cluster_facts(_dep("ct-a3ultra"), None)["network"] == "rdma"
+    tpu = templates.cluster_facts(_dep("ct-hpc-slurm6-tpu"), None)
+    assert tpu["accelerator"] == "tpu" and tpu["tpu_type"] == "v3-8" and tpu["tpu_chips_per_host"] == 4
+
+
+# ---- bad input ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("argv,expect", [
+    (["job", "render", "jax-trian", "--", "x"], "did you mean 'jax-train'"),
+    (["job", "render", "jax-train", "--set", "nodse=2", "--", "x"], "did you mean 'nodes'"),
+    (["job", "render", "jax-train", "--set", "nodes=abc", "--", "x"], "--set nodes=abc"),
+    (["job", "render", "jax-train", "--nodes", "abc", "--", "x"], "expected int"),
+    (["job", "render", "jax-train", "--set", "preemptible=maybe", "--", "x"], "true or false"),
+    (["job", "render", "jax-train", "--set", "job_name=a\n#SBATCH --x", "--", "x"], "job_name"),
+    (["job", "render", "jax-train", "--set", "time=1h", "--", "x"], "Slurm time"),
+    (["job", "render", "jax-train"], "needs a command"),
+    (["job", "render", "array", "--", "x"], "--set sweep=VALUE"),
+    (["job", "render", "container", "--set", "image=i", "--set", "env=1A=b", "--", "x"], "environment variable"),
+    (["job", "render", "jax-train", "--set", "novalue", "--", "x"], "expected K=V"),
+    (["job", "render", "jax-train", "--deployment", "/nonexistent", "--", "x"], "deployment.json"),
+    (["job", "render", "jax-train", "--deployment", os.path.join(ROOT, "tests", "golden", "ct-a3mega"),
+      "--nodeset", "a3mega", "--", "x"], "did you mean 'a3meganodeset'"),
+])
+def test_bad_input_exits_2_without_traceback(argv, expect, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert expect in err and "Traceback" not in err
+
+
+def test_templates_listing(capsys):
+    assert main(["job", "templates", "--json"]) == 0
+    listed = {t["name"]: t for t in json.loads(capsys.readouterr().out)}
+    assert set(listed) == {"array", "container", "jax-smoke", "jax-train"}
+    assert {"preemptible", "checkpoint_hook"} <= {p["name"] for p in listed["array"]["params"]}
+    assert main(["job", "templates"]) == 0
+    assert "jax-train:" in capsys.readouterr().out
+
+
+def test_smoke_example_is_embedded_verbatim():
+    with open(os.path.join(ROOT, "sbatch", "examples", "jax_smoke.py")) as f:
+        src = f.read()
+    assert src in templates.render("jax-smoke", {}, [])
+
+
+@pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck not installed")
+def test_shellcheck_present():
+    assert shutil.which("shellcheck")

@@ -1,0 +1,386 @@
+"""sbatch templates: discovery, declared parameters, validation and rendering.
+
+A template is a Jinja2 file under sbatch/ (`NAME.sbatch.j2`) that begins with a parameter
+block, a Jinja comment holding a YAML list:
+
+    {#- ctk-params:
+    - {name: nodes, type: int, default: 1, min: 1, help: number of nodes}
+    - {name: job_name, type: str, default: jax, pattern: name, help: ...}
+    -#}
+
+Fields: name, type (str|int|bool|float|list), default (absent: required), help, and for
+`str` values that are written into `#SBATCH` lines, `pattern` (a key of PATTERNS): such values
+are checked against a strict pattern before rendering. Every other string reaches the script
+only through the `q` / `qargv` filters (shlex.quote), so no value can change the script.
+The block of sbatch/_preempt.j2 (preemptible, checkpoint_hook) is added to every template.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from dataclasses import dataclass, field
+from typing import Any
+
+import jinja2
+import yaml
+
+from .. import paths
+from ..blueprint.errors import UserError, did_you_mean
+from ..model import Deployment, Nodeset
+
+SUFFIX = ".sbatch.j2"
+COMMON = "_preempt.j2"
+TYPES = ("str", "int", "bool", "float", "list")
+ACCELERATORS = ("cpu", "gpu", "tpu")
+NETWORKS = ("tcp", "gpudirect-tcpx", "gpudirect-tcpxo", "rdma")
+
+# Values written into #SBATCH lines (or otherwise unquoted) must match one of these, fully.
+PATTERNS: dict[str, tuple[re.Pattern, str]] = {
+    "name": (re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,127}"),
+             "letters, digits and _.+- (at most 128, starting with a letter or digit)"),
+    "partition": (re.compile(r"[A-Za-z0-9_-]{1,64}(,[A-Za-z0-9_-]{1,64})*"),
+                  "a Slurm partition name, or several separated by commas"),
+    "time": (re.compile(r"(\d+|\d+:\d\d|\d+:\d\d:\d\d|\d+-\d+|\d+-\d+:\d\d|\d+-\d+:\d\d:\d\d|UNLIMITED|INFINITE)"),
+             "a Slurm time: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS or UNLIMITED"),
+    "path": (re.compile(r"[A-Za-z0-9_./%+-]{1,1024}"),
+             "a path of letters, digits and _./%+- (no spaces or quotes)"),
+    "accelerator": (re.compile("|".join(ACCELERATORS)), " | ".join(ACCELERATORS)),
+    "network": (re.compile("|".join(re.escape(n) for n in NETWORKS)), " | ".join(NETWORKS)),
+    "tpu_type": (re.compile(r"[a-z0-9]{1,16}(-[a-z0-9]{1,16}){0,3}"), "a TPU type such as v5p-8"),
+}
+
+_BLOCK = re.compile(r"\A\{#-?\s*ctk-params:[ \t]*\n(.*?)\n[ \t]*-?#\}", re.S)
+_DESC = re.compile(r"\{#-?\s*ctk:\s*(.+?)\s*-?#\}", re.S)
+
+
+@dataclass
+class Param:
+    name: str
+    type: str
+    default: Any = None
+    required: bool = False
+    help: str = ""
+    pattern: str | None = None
+    min: float | None = None
+    choices: list | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {"name": self.name, "type": self.type, "required": self.required, "help": self.help}
+        if not self.required:
+            d["default"] = self.default
+        if self.pattern:
+            d["pattern"] = self.pattern
+        if self.choices:
+            d["choices"] = self.choices
+        return d
+
+
+@dataclass
+class Template:
+    name: str
+    path: str
+    description: str
+    params: dict[str, Param] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "path": self.path, "description": self.description,
+                "params": [p.to_dict() for p in self.params.values()]}
+
+
+def template_dir() -> str:
+    """The templates' folder (CTK_SBATCH_DIR overrides, e.g. for a site's own templates)."""
+    return os.environ.get("CTK_SBATCH_DIR", paths.SBATCH)
+
+
+def list_templates() -> list[str]:
+    d = template_dir()
+    if not os.path.isdir(d):
+        return []
+    return sorted(f[: -len(SUFFIX)] for f in os.listdir(d) if f.endswith(SUFFIX) and not f.startswith("_"))
+
+
+def _parse_block(text: str, where: str, depth: int = 0) -> tuple[list[Param], str]:
+    m = _BLOCK.match(text)
+    if not m:
+        raise UserError(f"{where}: no parameter block at the top\n"
+                        "  hint: start the template with '{#- ctk-params:' followed by a YAML list")
+    try:
+        raw = yaml.safe_load(m.group(1)) or []
+    except yaml.YAMLError as e:
+        raise UserError(f"{where}: parameter block is not valid YAML: {e}") from None
+    if not isinstance(raw, list):
+        raise UserError(f"{where}: parameter block must be a YAML list of parameters")
+    out: list[Param] = []
+    for i, item in enumerate(raw):
+        if isinstance(item, dict) and set(item) == {"from"}:  # another template's parameters
+            base = os.path.join(template_dir(), f"{item['from']}{SUFFIX}")
+            if depth > 4 or not os.path.isfile(base):
+                raise UserError(f"{where}: 'from: {item['from']}' names no template")
+            with open(base, encoding="utf-8") as f:
+                out.extend(_parse_block(f.read(), base, depth + 1)[0])
+            continue
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+            raise UserError(f"{where}: parameter #{i + 1} needs a 'name'")
+        unknown = set(item) - {"name", "type", "default", "help", "pattern", "min", "choices", "required"}
+        if unknown:
+            raise UserError(f"{where}: parameter {item['name']!r}: unknown field(s) {sorted(unknown)}")
+        typ = item.get("type", "str")
+        if typ not in TYPES:
+            raise UserError(f"{where}: parameter {item['name']!r}: type must be one of {', '.join(TYPES)}")
+        pat = item.get("pattern")
+        if pat is not None and (typ != "str" or pat not in PATTERNS):
+            raise UserError(f"{where}: parameter {item['name']!r}: pattern must be one of "
+                            f"{', '.join(PATTERNS)} (str parameters only)")
+        required = bool(item.get("required", "default" not in item))
+        p = Param(item["name"], typ, None, required, str(item.get("help", "")), pat, item.get("min"),
+                  item.get("choices"))
+        if not required:
+            p.default = _coerce(p, item["default"], f"{where}: default of")
+        if any(x.name == p.name for x in out):  # a later declaration overrides an inherited one
+            out = [x for x in out if x.name != p.name]
+        out.append(p)
+    desc = _DESC.search(text[m.end():])
+    return out, desc.group(1).strip() if desc else ""
+
+
+def load_template(name: str) -> Template:
+    """The template NAME with its parameters (its own, then the common ones), validated."""
+    names = list_templates()
+    if name not in names:
+        hint = did_you_mean(name, names) or f"templates: {', '.join(names) or '(none)'}"
+        raise UserError(f"unknown template {name!r}\n  hint: {hint} (see 'ctk job templates')")
+    path = os.path.join(template_dir(), name + SUFFIX)
+    with open(path, encoding="utf-8") as f:
+        own, desc = _parse_block(f.read(), path)
+    common_path = os.path.join(template_dir(), COMMON)
+    with open(common_path, encoding="utf-8") as f:
+        common, _ = _parse_block(f.read(), common_path)
+    params: dict[str, Param] = {}
+    for p in own + common:
+        if p.name in params:
+            raise UserError(f"{path}: parameter {p.name!r} is also declared in {COMMON}")
+        params[p.name] = p
+    return Template(name, path, desc, params)
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_TRUE, _FALSE = {"true", "yes", "on", "1"}, {"false", "no", "off", "0"}
+
+
+def _coerce(p: Param, value: Any, ctx: str) -> Any:
+    """VALUE converted to P's type; strings (from --set) are parsed. Raises ValueError."""
+    def bad(why: str = ""):
+        return UserError(f"{ctx} parameter {p.name!r}: expected {p.type}{why}, got {value!r}")
+
+    t = p.type
+    if t == "str":
+        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+            raise bad()
+        v: Any = str(value)
+        if "\x00" in v:
+            raise bad(" without NUL characters")
+        if p.pattern and v != "":  # "" means "not set": the template leaves the line out
+            rx, what = PATTERNS[p.pattern]
+            if not rx.fullmatch(v):
+                raise bad(f" ({what})")
+    elif t == "int":
+        if isinstance(value, bool):
+            raise bad()
+        if isinstance(value, int):
+            v = value
+        elif isinstance(value, str) and re.fullmatch(r"[+-]?\d{1,18}", value.strip()):
+            v = int(value.strip())
+        else:
+            raise bad(" (a whole number)")
+    elif t == "float":
+        if isinstance(value, bool):
+            raise bad()
+        try:
+            v = float(value)
+        except (TypeError, ValueError):
+            raise bad(" (a number)") from None
+        if v != v or v in (float("inf"), float("-inf")):
+            raise bad(" (a finite number)")
+    elif t == "bool":
+        if isinstance(value, bool):
+            v = value
+        elif isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+            v = value.strip().lower() in _TRUE
+        else:
+            raise bad(" (true or false)")
+    else:  # list
+        if isinstance(value, str):
+            s = value.strip()
+            if s.startswith("["):
+                try:
+                    value = yaml.safe_load(s)
+                except yaml.YAMLError:
+                    raise bad(" (a YAML list such as [a, b], or a,b)") from None
+            else:
+                value = [x for x in s.split(",")] if s else []
+        if not isinstance(value, (list, tuple)):
+            raise bad(" (a YAML list such as [a, b], or a,b)")
+        v = []
+        for x in value:
+            if isinstance(x, (list, dict)) or x is None:
+                raise bad(" (a list of plain values)")
+            x = str(x).lower() if isinstance(x, bool) else str(x)
+            if "\x00" in x:
+                raise bad(" without NUL characters")
+            v.append(x)
+    if p.min is not None and t in ("int", "float") and v < p.min:
+        raise bad(f" >= {p.min}")
+    if p.choices and v not in p.choices:
+        raise bad(f" (one of {', '.join(map(str, p.choices))})")
+    return v
+
+
+def q(value: Any) -> str:
+    """One shell word holding VALUE exactly."""
+    if isinstance(value, bool):
+        value = "true" if value else "false"
+    s = str(value)
+    if not _CONTROL.search(s):
+        return shlex.quote(s)
+    # $'...' with escapes: the script keeps one line per statement, whatever the value holds.
+    out = []
+    for ch in s:
+        if ch in "\\'":
+            out.append("\\" + ch)
+        elif _CONTROL.match(ch):
+            out.append(f"\\x{ord(ch):02x}")
+        else:
+            out.append(ch)
+    return "$'" + "".join(out) + "'"
+
+
+def qargv(values: list[Any]) -> str:
+    """Shell words, one per element, each exactly as given."""
+    return " ".join(q(v) for v in values)
+
+
+def shsplit(value: str) -> list[str]:
+    try:
+        return shlex.split(value)
+    except ValueError as e:
+        raise UserError(f"cannot split {value!r} into arguments: {e}") from None
+
+
+def envname(value: str) -> str:
+    """VALUE if it is a valid environment variable name, else a UserError."""
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,127}", value):
+        raise UserError(f"{value!r} is not an environment variable name\n"
+                        "  hint: NAME=VALUE, NAME of letters, digits and _")
+    return value
+
+
+def _fail(message: str):
+    raise UserError(message)
+
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(template_dir()), undefined=jinja2.StrictUndefined,
+                             keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True,
+                             autoescape=False)
+    env.filters.update(q=q, qargv=qargv, shsplit=shsplit, envname=envname)
+    env.globals["fail"] = _fail
+    return env
+
+
+def pick_nodeset(cluster: Deployment, nodeset: str | None) -> tuple[Nodeset, str | None]:
+    """The nodeset NODESET (default: the default partition's first) and a partition holding it."""
+    names = [ns.name for ns in cluster.nodesets]
+    if nodeset is None:
+        parts = [p for p in cluster.partitions if p.is_default] or cluster.partitions
+        for p in parts:
+            if p.nodesets:
+                return cluster.nodeset(p.nodesets[0]), p.name
+        if not cluster.nodesets:
+            raise UserError(f"deployment {cluster.deployment_name!r} has no nodesets")
+        return cluster.nodesets[0], None
+    if nodeset not in names:
+        hint = did_you_mean(nodeset, names) or f"nodesets: {', '.join(names) or '(none)'}"
+        raise UserError(f"--nodeset {nodeset}: no such nodeset in deployment {cluster.deployment_name!r}\n"
+                        f"  hint: {hint}")
+    parts = [p for p in cluster.partitions if nodeset in p.nodesets]
+    parts.sort(key=lambda p: not p.is_default)
+    return cluster.nodeset(nodeset), parts[0].name if parts else None
+
+
+def cluster_facts(cluster: Deployment, nodeset: str | None) -> dict[str, Any]:
+    """Parameter values the deployment knows: accelerator, GPUs per node, network, TPU."""
+    ns, partition = pick_nodeset(cluster, nodeset)
+    if ns.tpu_type:
+        acc = "tpu"
+    elif ns.gpu_count:
+        acc = "gpu"
+    else:
+        acc = "cpu"
+    facts: dict[str, Any] = {"accelerator": acc, "network": ns.network}
+    if partition:
+        facts["partition"] = partition
+    if acc == "gpu":
+        facts["gpus_per_node"] = ns.gpu_count
+    if acc == "tpu":
+        facts["tpu_type"] = ns.tpu_type
+        facts["tpu_chips_per_host"] = ns.tpu_chips_per_host
+    return facts
+
+
+def resolve_params(tpl: Template, params: dict[str, Any], facts: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Defaults, then deployment facts, then PARAMS, typed and checked."""
+    for k in params:
+        if k not in tpl.params:
+            hint = did_you_mean(k, tpl.params) or f"parameters: {', '.join(tpl.params)}"
+            raise UserError(f"--set {k}=...: template {tpl.name!r} has no parameter {k!r}\n"
+                            f"  hint: {hint} (see 'ctk job templates')")
+    out: dict[str, Any] = {}
+    missing = []
+    for name, p in tpl.params.items():
+        if name in params:
+            out[name] = _coerce(p, params[name], f"--set {name}={params[name]}:")
+        elif facts and name in facts:
+            out[name] = _coerce(p, facts[name], "deployment:")
+        elif p.required:
+            missing.append(p)
+        else:
+            out[name] = p.default
+    if missing:
+        p = missing[0]
+        raise UserError(f"template {tpl.name!r} needs parameter {p.name!r} ({p.type}: {p.help})\n"
+                        f"  hint: --set {p.name}=VALUE")
+    return out
+
+
+def render(name: str, params: dict[str, Any], command: list[str] | None = None,
+           cluster: Deployment | None = None, nodeset: str | None = None) -> str:
+    """The batch script of template NAME for PARAMS and the user's COMMAND (an argv)."""
+    tpl = load_template(name)
+    facts = cluster_facts(cluster, nodeset) if cluster is not None else None
+    if cluster is None and nodeset is not None:
+        raise UserError("--nodeset needs --deployment DIR\n  hint: ctk job render ... --deployment DIR --nodeset NAME")
+    values = resolve_params(tpl, dict(params), facts)
+    argv = [str(a) for a in (command or [])]
+    if any("\x00" in a for a in argv):
+        raise UserError("the command contains a NUL character")
+    ctx = dict(values, command=argv, template_name=name)
+    try:
+        return _environment().get_template(name + SUFFIX).render(ctx)
+    except jinja2.UndefinedError as e:
+        raise UserError(f"template {name!r}: {e}\n  hint: the template uses a value it does not declare") from None
+
+
+def load_deployment(folder: str) -> Deployment:
+    import json
+
+    path = os.path.join(folder, "deployment.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            return Deployment.from_dict(json.load(f))
+    except FileNotFoundError:
+        raise UserError(f"--deployment {folder}: no deployment.json there\n"
+                        "  hint: create it with 'ctk create BLUEPRINT -o DIR'") from None
+    except (ValueError, TypeError) as e:
+        raise UserError(f"--deployment {folder}: cannot read deployment.json: {e}") from None
