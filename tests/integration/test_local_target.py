@@ -221,3 +221,30 @@ def test_destroy_leaves_nothing_behind(lab_build, state, tmp_path_factory):
                     listening.add(int(f[1].split(":")[1], 16))
     assert not ports & listening, f"still listening: {ports & listening}"
     assert not os.path.exists(os.path.join(lab.path, "lab"))
+
+
+def test_jax_smoke_template_all_reduces_across_two_nodes(lab):
+    """The jax-smoke template, rendered for the lab and submitted with the host's sbatch: two
+    JAX processes on two nodes find each other through Slurm and agree on one all-reduce."""
+    r = lab.ctk("job", "render", "jax-smoke", "--nodes", "2", "--deployment", lab.path, "--set", "partition=debug",
+                "--", "/opt/ctk/jax/bin/python")
+    assert r.returncode == 0, r.stderr
+    home = os.path.join(lab.path, "lab", "home")
+    script = os.path.join(home, "smoke.sbatch")
+    with open(script, "w") as f:
+        f.write(r.stdout)
+    jid = lab.slurm("sbatch", "--parsable", "--chdir=/home", script).stdout.strip()
+    job = {}
+    for _ in range(600):
+        out = lab.slurm("scontrol", "show", "-o", "job", jid).stdout
+        job = dict(tok.split("=", 1) for tok in out.split() if "=" in tok)
+        if job.get("JobState") in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"):
+            break
+        time.sleep(0.2)
+    out = open(os.path.join(home, f"jax-smoke-{jid}.out")).read()
+    assert job.get("JobState") == "COMPLETED", (job, out, open(os.path.join(home, f"jax-smoke-{jid}.err")).read())
+    lines = [ln for ln in out.splitlines() if ln.startswith("ctk-smoke ")]
+    assert len(lines) == 2
+    fields = [dict(kv.split("=") for kv in ln.split()[1:]) for ln in lines]
+    assert sorted(f["process"] for f in fields) == ["0", "1"]
+    assert all(f["process_count"] == "2" and f["device_count"] == "2" and f["reduced"] == "2" for f in fields)
