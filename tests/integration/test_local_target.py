@@ -248,3 +248,46 @@ def test_jax_smoke_template_all_reduces_across_two_nodes(lab):
     fields = [dict(kv.split("=") for kv in ln.split()[1:]) for ln in lines]
     assert sorted(f["process"] for f in fields) == ["0", "1"]
     assert all(f["process_count"] == "2" and f["device_count"] == "2" and f["reduced"] == "2" for f in fields)
+
+
+def test_job_submit_wait_runs_jax_smoke_and_logs_show_both_processes(lab):
+    """`ctk job submit --wait` follows jax-smoke to its end; `ctk job logs` prints its stdout."""
+    r = lab.ctk("job", "submit", "jax-smoke", "--deployment", lab.path, "--nodes", "2", "--set", "partition=debug",
+                "--wait", "--", "/opt/ctk/jax/bin/python")
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    jid = r.stdout.strip()
+    assert jid.isdigit() and "COMPLETED" in r.stderr
+    out = lab.ctk("job", "logs", jid, "--deployment", lab.path).stdout
+    fields = [dict(kv.split("=") for kv in ln.split()[1:]) for ln in out.splitlines() if ln.startswith("ctk-smoke ")]
+    assert sorted(f["process"] for f in fields) == ["0", "1"]
+    assert all(f["process_count"] == "2" and f["reduced"] == "2" for f in fields)
+    script = os.path.join(lab.path, "lab", "home", ".ctk-jobs")
+    assert any(n.startswith("jax-smoke-") and n.endswith(".sbatch") for n in os.listdir(script))
+    listed = lab.ctk("job", "list", "--deployment", lab.path, "--json")
+    assert jid in [x["id"] for x in json.loads(listed.stdout)]
+
+
+def test_job_submit_wait_exits_with_the_jobs_exit_code(lab):
+    r = lab.ctk("job", "submit", "jax-train", "--deployment", lab.path, "--set", "partition=debug",
+                "--wait", "--", "bash", "-c", "exit 3")
+    assert r.returncode == 3, (r.stdout, r.stderr)
+
+
+def test_job_api_cancel_and_status_of_several_jobs(lab):
+    from ctk.jobs import Job, submit
+    job = submit("jax-train", {"partition": "debug"}, lab.path, command=["sleep", "300"])
+    assert isinstance(job, Job) and job.id.isdigit()
+    for _ in range(100):
+        if job.state == "RUNNING":
+            break
+        time.sleep(0.1)
+    assert job.state in ("PENDING", "RUNNING")
+    other = submit("jax-train", {"partition": "debug"}, lab.path, command=["true"])
+    assert other.wait(timeout=60) == "COMPLETED"
+    job.cancel()
+    assert job.wait(timeout=30) == "CANCELLED"
+    r = lab.ctk("job", "status", job.id, other.id, "--deployment", lab.path, "--json")
+    assert r.returncode == 0, r.stderr
+    assert {x["id"]: x["state"] for x in json.loads(r.stdout)} == {job.id: "CANCELLED", other.id: "COMPLETED"}
+    r = lab.ctk("job", "status", "999999", "--deployment", lab.path)
+    assert r.returncode == 2 and "not submitted through ctk" in r.stderr

@@ -73,10 +73,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-q", "--quiet", action="store_true", help="print only the result")
     p.add_argument("--json", action="store_true", help="machine-readable result")
 
-    job = sub.add_parser("job", help="render batch scripts for JAX training from sbatch templates",
+    job = sub.add_parser("job", help="render, submit and follow JAX training jobs from sbatch templates",
                          description="Batch scripts from the templates in sbatch/: resources, srun launch, "
                          "JAX/XLA/NCCL/TPU settings, preemption-safe mode. With --deployment the "
-                         "accelerator, GPUs per node, network and TPU facts come from the cluster.")
+                         "accelerator, GPUs per node, network and TPU facts come from the cluster, "
+                         "and submit/status/logs/cancel/list work on its jobs (local target).")
     jsub = job.add_subparsers(dest="job_cmd", metavar="SUBCOMMAND", parser_class=_Parser)
     p = jsub.add_parser("templates", help="the templates and their parameters")
     p.add_argument("--json", action="store_true", help="machine-readable list")
@@ -90,6 +91,32 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--deployment", metavar="DIR", help="deployment folder whose deployment.json describes the cluster")
     p.add_argument("--nodeset", metavar="NAME", help="nodeset to run on (default: the default partition's first)")
     p.set_defaults(command=[])  # the words after `--` (split off in main)
+
+    p = jsub.add_parser("submit", help="render a template and submit it; print the job id",
+                        usage="ctk job submit TEMPLATE --deployment DIR [--set K=V]... [--nodes N] "
+                        "[--nodeset NAME] [--wait] [-- CMD [ARG...]]")
+    p.add_argument("template", help="template name (see ctk job templates)")
+    p.add_argument("--set", action="append", default=[], metavar="K=V", dest="sets",
+                   help="set a template parameter (repeatable; lists as [a, b] or a,b)")
+    p.add_argument("--nodes", metavar="N", help="number of nodes (same as --set nodes=N)")
+    p.add_argument("--deployment", metavar="DIR", help="deployment folder of the cluster (required)")
+    p.add_argument("--nodeset", metavar="NAME", help="nodeset to run on (default: the default partition's first)")
+    p.add_argument("--wait", action="store_true", help="follow the job to its end and exit with its exit code")
+    p.set_defaults(command=[])
+    p = jsub.add_parser("status", help="Slurm state of jobs submitted through ctk (one squeue call)")
+    p.add_argument("ids", nargs="*", metavar="ID", help="job ids (default: every job in the registry)")
+    p.add_argument("--deployment", metavar="DIR", help="deployment folder of the cluster (required)")
+    p.add_argument("--json", action="store_true", help="machine-readable states")
+    p = jsub.add_parser("logs", help="print a job's stdout")
+    p.add_argument("id", metavar="ID", help="job id")
+    p.add_argument("--deployment", metavar="DIR", help="deployment folder of the cluster (required)")
+    p.add_argument("-f", "--follow", action="store_true", help="keep printing until the job ends")
+    p = jsub.add_parser("cancel", help="cancel a job (scancel)")
+    p.add_argument("id", metavar="ID", help="job id")
+    p.add_argument("--deployment", metavar="DIR", help="deployment folder of the cluster (required)")
+    p = jsub.add_parser("list", help="jobs submitted through ctk to a deployment (the local registry)")
+    p.add_argument("--deployment", metavar="DIR", help="deployment folder of the cluster (required)")
+    p.add_argument("--json", action="store_true", help="the registry's records as JSON")
 
     p = sub.add_parser("status", help="nodes and partitions of a deployed cluster (lab or ssh target)")
     p.add_argument("dir", nargs="?", default=".", help="deployment folder (default: .)")
@@ -335,6 +362,33 @@ def _job(args, ap) -> int:
     if args.job_cmd == "render":
         sys.stdout.write(jobcli.render_cli(args.template, args.sets, args.nodes, args.deployment,
                                            args.nodeset, list(getattr(args, "command", []))))
+        return EXIT_OK
+    if args.job_cmd == "submit":
+        job = jobcli.submit_cli(args.template, args.sets, args.nodes, args.deployment, args.nodeset,
+                                list(getattr(args, "command", [])))
+        print(job.id, flush=True)
+        if not args.wait:
+            return EXIT_OK
+        state = jobcli.follow(job, sys.stdout, print_logs=False)
+        code = jobcli.final_exit_code(job, state)
+        print(f"job {job.id}: {state} (exit code {code})", file=sys.stderr)
+        return code
+    if args.job_cmd == "status":
+        sys.stdout.write(jobcli.status_text(jobcli.status_rows(args.ids, args.deployment), args.json))
+        return EXIT_OK
+    if args.job_cmd == "logs":
+        job = jobcli.load_job(args.id, args.deployment)
+        if args.follow:
+            jobcli.follow(job, sys.stdout)
+        else:
+            sys.stdout.write(job.logs())
+        return EXIT_OK
+    if args.job_cmd == "cancel":
+        jobcli.load_job(args.id, args.deployment).cancel()
+        print(f"cancelled {args.id}")
+        return EXIT_OK
+    if args.job_cmd == "list":
+        sys.stdout.write(jobcli.list_text(args.deployment, args.json))
         return EXIT_OK
     raise AssertionError(args.job_cmd)
 

@@ -1,0 +1,5 @@
+"""Jobs: sbatch templates, submission and following (ctk.jobs.submit -> Job)."""
+
+from .api import Job, submit
+
+__all__ = ["Job", "submit"]
