@@ -11,6 +11,7 @@ import pytest
 from ctk.blueprint.errors import UserError
 from ctk.cli import main
 from ctk.jobs import commands, registry, scheduler
+from ctk.jobs.clusters import Cluster, LocalCluster, Result
 
 
 def test_states_asks_squeue_once_for_every_job():
@@ -24,14 +25,29 @@ def test_parse_states_marks_forgotten_jobs_unknown_and_maps_array_tasks():
         "11": "RUNNING", "12": "COMPLETED", "13": "UNKNOWN", "20": "PENDING"}
 
 
-class FakeRun:
-    def __init__(self, answers):
-        self.calls, self.answers = [], answers
+class Rec(Cluster):
+    """A cluster that records the Slurm commands ctk runs and answers from ANSWERS(argv) ->
+    (stdout, returncode, stderr); its files live in a folder (for the call-counting tests)."""
 
-    def __call__(self, argv, **kw):
-        self.calls.append(argv)
+    def __init__(self, root, answers, jobs_dir="/home/.ctk-jobs", forgotten=None):
+        self.calls, self.answers, self.root = [], answers, str(root)
+        self.key = self.registry_dir = str(root)
+        self.jobs_dir = jobs_dir
+        self._forgotten = forgotten or {}
+
+    def run(self, argv, timeout=30, stdin=None):
+        self.calls.append(list(argv))
         out, rc, err = self.answers(argv)
-        return subprocess.CompletedProcess(argv, rc, out, err)
+        return Result(rc, out, err)
+
+    def put_script(self, text, name):
+        path = f"{self.jobs_dir}/{name}-{len(self.calls)}.sbatch"
+        self.calls.append(["put", path, text])
+        return path
+
+    def forgotten(self, ids):
+        self.calls.append(["forgotten", *ids])
+        return {j: self._forgotten[j] for j in ids if j in self._forgotten}
 
 
 @pytest.fixture
@@ -41,61 +57,128 @@ def dep(tmp_path):
     return str(d)
 
 
+def use(monkeypatch, cluster):
+    monkeypatch.setattr(commands, "cluster_of", lambda args: cluster)
+    return cluster
+
+
 def test_status_of_1000_jobs_is_one_squeue_call(dep, monkeypatch, capsys):
     for i in range(1000):
         registry.append(dep, {"id": str(1000 + i), "template": "jax-smoke", "command": []})
-    fake = FakeRun(lambda argv: ("".join(f"{j}|COMPLETED\n" for j in argv[4].split(",")[:500]), 0, ""))
-    monkeypatch.setattr(scheduler.subprocess, "run", fake)
+    c = use(monkeypatch, Rec(dep, lambda argv: ("".join(f"{j}|COMPLETED\n" for j in argv[4].split(",")[:500]), 0, "")))
     assert main(["job", "status", "--deployment", dep, "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
-    assert len(fake.calls) == 1 and fake.calls[0][0] == "squeue"
+    slurm = [x for x in c.calls if x[0] != "forgotten"]
+    assert len(slurm) == 1 and slurm[0][0] == "squeue"
     assert len(rows) == 1000
     assert {r["state"] for r in rows[:500]} == {"COMPLETED"} and {r["state"] for r in rows[500:]} == {"UNKNOWN"}
+    # the 500 jobs squeue no longer lists were asked about once, together
+    assert [x[0] for x in c.calls].count("forgotten") == 1 and len(c.calls[1]) == 501
 
 
-def test_squeue_invalid_job_id_means_unknown(dep, monkeypatch):
-    monkeypatch.setattr(scheduler.subprocess, "run",
-                        FakeRun(lambda argv: ("", 1, "slurm_load_jobs error: Invalid job id specified")))
-    assert scheduler.states(dep, ["5"]) == {"5": "UNKNOWN"}
+def test_final_states_are_remembered_for_when_slurm_forgets(dep, monkeypatch, capsys):
+    registry.append(dep, {"id": "5", "template": "jax-smoke", "command": []})
+    registry.append(dep, {"id": "6", "template": "jax-smoke", "command": []})
+    use(monkeypatch, Rec(dep, lambda argv: ("5|COMPLETED\n6|RUNNING\n", 0, "")))
+    assert main(["job", "status", "--deployment", dep]) == 0
+    # later: squeue lists neither; 5 is known from the registry, 6 from the completion log
+    c = use(monkeypatch, Rec(dep, lambda argv: ("", 1, "Invalid job id specified"), forgotten={"6": ("FAILED", 3)}))
+    capsys.readouterr()
+    assert main(["job", "status", "--deployment", dep, "--json"]) == 0
+    assert {r["id"]: r["state"] for r in json.loads(capsys.readouterr().out)} == {"5": "COMPLETED", "6": "FAILED"}
+    assert c.calls[0] == scheduler.states_argv(["6"]) and c.calls[1] == ["forgotten", "6"]
+    assert registry.get(dep, "5")["final_state"] == "COMPLETED" and registry.get(dep, "5")["template"] == "jax-smoke"
 
 
-def test_squeue_failure_is_an_error(dep, monkeypatch):
-    monkeypatch.setattr(scheduler.subprocess, "run",
-                        FakeRun(lambda argv: ("", 1, "Unable to contact slurm controller")))
+def test_squeue_invalid_job_id_means_unknown(dep):
+    c = Rec(dep, lambda argv: ("", 1, "slurm_load_jobs error: Invalid job id specified"))
+    assert scheduler.states(c, ["5"]) == {"5": "UNKNOWN"}
+
+
+def test_squeue_failure_is_an_error(dep):
     with pytest.raises(scheduler.SlurmError, match="contact"):
-        scheduler.states(dep, ["5"])
+        scheduler.states(Rec(dep, lambda argv: ("", 1, "Unable to contact slurm controller")), ["5"])
 
 
-def test_exit_code_from_scontrol(dep, monkeypatch):
+def test_exit_code_from_scontrol_then_the_completion_log(dep):
     answers = {"1": "JobId=1 JobState=COMPLETED ExitCode=0:0", "2": "JobId=2 JobState=FAILED ExitCode=3:0",
                "3": "JobId=3 JobState=CANCELLED ExitCode=0:15"}
-    monkeypatch.setattr(scheduler.subprocess, "run", FakeRun(
-        lambda argv: (answers[argv[-1]], 0, "") if argv[-1] in answers else ("", 1, "Invalid job id")))
-    assert [scheduler.exit_code(dep, j) for j in ("1", "2", "3", "4")] == [0, 3, 143, None]
+    c = Rec(dep, lambda argv: (answers[argv[-1]], 0, "") if argv[-1] in answers else ("", 1, "Invalid job id"),
+            forgotten={"5": ("FAILED", 7)})
+    assert [scheduler.exit_code(c, j) for j in ("1", "2", "3", "4", "5")] == [0, 3, 143, None, 7]
 
 
-def test_submit_writes_the_script_in_the_shared_home_and_parses_the_id(dep, monkeypatch):
-    monkeypatch.setattr(scheduler, "_check_deployment", lambda d: None)
-    fake = FakeRun(lambda argv: ("4242;lab\n", 0, ""))
-    monkeypatch.setattr(scheduler.subprocess, "run", fake)
-    jid, path = scheduler.submit("#!/bin/bash\ntrue\n", dep, ["--hold"], name="jax-smoke")
-    assert jid == "4242"
-    assert path.startswith(os.path.join(dep, "lab", "home", ".ctk-jobs", "jax-smoke-")) and path.endswith(".sbatch")
-    assert open(path).read() == "#!/bin/bash\ntrue\n"
-    assert fake.calls == [["sbatch", "--parsable", "--chdir=/home/.ctk-jobs", "--hold", path]]
-    _, path2 = scheduler.submit("x", dep, name="jax-smoke")
-    assert path2 != path
+def test_sacct_answers_for_forgotten_jobs_in_one_call(dep):
+    c = Rec(dep, lambda argv: ("11|COMPLETED|0:0\n12|CANCELLED by 0|0:15\n", 0, ""))
+    assert Cluster._sacct(c, ["11", "12", "13"]) == {"11": ("COMPLETED", 0), "12": ("CANCELLED", 143)}
+    assert c.calls == [["sacct", "-n", "-P", "-X", "-j", "11,12,13", "-o", "JobIDRaw,State,ExitCode"]]
+    no_acct = Rec(dep, lambda argv: ("", 1, "Slurm accounting storage is disabled"))
+    assert Cluster._sacct(no_acct, ["11"]) == {}
+
+
+def test_submit_stores_the_script_and_parses_the_id(dep):
+    c = Rec(dep, lambda argv: ("4242;lab\n", 0, ""))
+    jid, path = scheduler.submit(c, "#!/bin/bash\ntrue\n", ["--hold"], name="jax-smoke")
+    assert jid == "4242" and path.startswith("/home/.ctk-jobs/jax-smoke-")
+    assert c.calls == [["put", path, "#!/bin/bash\ntrue\n"],
+                       ["sbatch", "--parsable", "--chdir=/home/.ctk-jobs", "--hold", path]]
+    with pytest.raises(scheduler.SlurmError, match="not a job id"):
+        scheduler.submit(Rec(dep, lambda argv: ("oops", 0, "")), "x")
+
+
+def test_local_scripts_are_new_files_in_the_shared_home(dep):
+    c = LocalCluster(dep)
+    p1, p2 = c.put_script("one", "jax-smoke"), c.put_script("two", "jax-smoke")
+    assert p1 != p2 and p1.startswith("/home/.ctk-jobs/jax-smoke-")
+    assert open(c.host_path(p1)).read() == "one" and c.host_path(p1).startswith(os.path.join(dep, "lab", "home"))
+    assert c.read(p2) == b"two" and c.read(p2, 1) == b"wo" and c.read("/home/none") == b""
+    assert c.host_path("/tmp/x.out") is None and c.read("/tmp/x.out") == b""
+
+
+def test_local_completion_log_gives_the_last_run_of_a_requeued_job(dep, monkeypatch):
+    from ctk.cluster import local
+    log = local.jobcomp_log(dep)
+    os.makedirs(os.path.dirname(log))
+    with open(log, "w") as f:
+        f.write("JobId=7 UserId=root(0) JobState=NODE_FAIL Partition=debug ExitCode=0:0\n"
+                "JobId=8 UserId=root(0) JobState=COMPLETED ExitCode=0:0\n"
+                "JobId=7 UserId=root(0) JobState=COMPLETED Partition=debug ExitCode=0:0\n"
+                "JobId=9 UserId=root(0) JobState=FAILED ExitCode=2:0\n")
+    assert LocalCluster(dep).forgotten(["7", "9", "10"]) == {"7": ("COMPLETED", 0), "9": ("FAILED", 2)}
 
 
 def test_log_paths_follow_the_scripts_output_lines(dep):
-    home = os.path.join(os.path.abspath(dep), "lab", "home")
+    c = Rec(dep, None)
     script = "#!/bin/bash\n#SBATCH --job-name=jax-smoke\n#SBATCH --output=./%x-%j.out\n#SBATCH --error=./%x-%j.err\n"
-    assert scheduler.log_paths(dep, script, "7") == (os.path.join(home, ".ctk-jobs", "jax-smoke-7.out"),
-                                                     os.path.join(home, ".ctk-jobs", "jax-smoke-7.err"))
-    assert scheduler.log_paths(dep, "#!/bin/bash\n#SBATCH --output=/home/logs/%j.txt\n", "8") == (
-        os.path.join(home, "logs", "8.txt"), os.path.join(home, "logs", "8.txt"))
-    assert scheduler.log_paths(dep, "#!/bin/bash\n", "9")[0] == os.path.join(home, ".ctk-jobs", "slurm-9.out")
-    assert scheduler.log_paths(dep, "#SBATCH --output=/tmp/x.out\n", "9")[0] is None
+    assert scheduler.log_paths(c, script, "7") == ("/home/.ctk-jobs/jax-smoke-7.out", "/home/.ctk-jobs/jax-smoke-7.err")
+    assert scheduler.log_paths(c, "#!/bin/bash\n#SBATCH --output=/home/logs/%j.txt\n", "8") == (
+        "/home/logs/8.txt", "/home/logs/8.txt")
+    assert scheduler.log_paths(c, "#!/bin/bash\n", "9")[0] == "/home/.ctk-jobs/slurm-9.out"
+    remote = Rec(dep, None, jobs_dir="/home/alice/.ctk-jobs")
+    assert scheduler.log_paths(remote, script, "7")[0] == "/home/alice/.ctk-jobs/jax-smoke-7.out"
+
+
+def test_array_log_paths_name_each_task():
+    script = "#SBATCH --job-name=sweep\n#SBATCH --array=0-2%2\n#SBATCH --output=./%x-%A_%a.out\n"
+    c = Rec("/x", None)
+    assert scheduler.array_tasks(script) == ["0", "1", "2"]
+    assert scheduler.log_paths(c, script, "40", task="1")[0] == "/home/.ctk-jobs/sweep-40_1.out"
+    assert scheduler.log_paths(c, script, "40", task="%a")[0] == "/home/.ctk-jobs/sweep-40_%a.out"
+    assert scheduler.array_tasks("#SBATCH --array=1,5,10-14:2\n") == ["1", "5", "10", "12", "14"]
+    assert scheduler.array_tasks("#!/bin/bash\n") == []
+
+
+def test_array_job_logs_are_read_per_task(dep):
+    from ctk.jobs import api
+    c = LocalCluster(dep)
+    os.makedirs(os.path.join(dep, "lab", "home", ".ctk-jobs"))
+    for t in ("0", "1"):
+        with open(os.path.join(dep, "lab", "home", ".ctk-jobs", f"sweep-40_{t}.out"), "w") as f:
+            f.write(f"task {t}\n")
+    job = api.Job("40", c, {"id": "40", "array_tasks": ["0", "1", "2"],
+                             "stdout": "/home/.ctk-jobs/sweep-40_%a.out", "stderr": "/home/.ctk-jobs/sweep-40_%a.err"})
+    assert job.logs(task="1") == "task 1\n"
+    assert job.logs() == "==> 40_0 <==\ntask 0\n==> 40_1 <==\ntask 1\n"
 
 
 def test_registry_appends_concurrently_without_tearing_lines(dep):
@@ -114,37 +197,49 @@ def test_registry_appends_concurrently_without_tearing_lines(dep):
         registry.get(dep, "999")
 
 
-def test_unknown_job_and_missing_deployment_exit_2(dep, capsys):
+def test_unknown_job_and_missing_deployment_exit_2(dep, monkeypatch, capsys):
+    assert main(["job", "list", "--deployment", os.path.join(dep, "nope")]) == 2
+    assert main(["job", "list"]) == 2
+    assert "a cluster is needed: --deployment DIR" in capsys.readouterr().err
+    assert main(["job", "submit", "jax-smoke", "--deployment", dep]) == 2
+    assert "no deployment.json" in capsys.readouterr().err
+    assert main(["job", "list", "--identity", "/k"]) == 2
+    assert "go with --host" in capsys.readouterr().err
+    assert main(["job", "render", "jax-smoke", "--host", "a@b"]) == 2
+    assert "go with --check" in capsys.readouterr().err
+    assert main(["job", "status", "--host", "a b"]) == 2
+    assert "expected USER@HOST" in capsys.readouterr().err
+    use(monkeypatch, Rec(dep, lambda argv: ("", 0, "")))
     assert main(["job", "logs", "123", "--deployment", dep]) == 2
     assert "not submitted through ctk" in capsys.readouterr().err
     assert main(["job", "cancel", "123", "--deployment", dep]) == 2
     assert main(["job", "status", "123", "--deployment", dep]) == 2
-    assert main(["job", "list", "--deployment", os.path.join(dep, "nope")]) == 2
-    assert main(["job", "list"]) == 2
-    assert "--deployment DIR is required" in capsys.readouterr().err
-    assert main(["job", "submit", "jax-smoke", "--deployment", dep]) == 2
-    assert "no deployment.json" in capsys.readouterr().err
+    registry.append(dep, {"id": "40", "template": "array", "array_tasks": ["0", "1"], "stdout": "a", "stderr": "b"})
+    assert main(["job", "logs", "40_7", "--deployment", dep]) == 2
+    assert "has no array task '7'" in capsys.readouterr().err
 
 
-def test_list_of_an_empty_registry(dep, capsys):
+def test_list_of_an_empty_registry(dep, monkeypatch, capsys):
+    use(monkeypatch, Rec(dep, None))
     assert main(["job", "list", "--deployment", dep]) == 0
     assert capsys.readouterr().out == "(no jobs)\n"
 
 
 def test_submit_command_words_after_double_dash_reach_the_api(dep, monkeypatch, capsys):
     seen = {}
+    c = use(monkeypatch, Rec(dep, None))
 
     class J:
         id = "77"
 
-    def fake_submit(template, params, cluster, command=(), nodeset=None):
+    def fake_submit(template, params, cluster, command=(), nodeset=None, deployment=None):
         seen.update(template=template, params=params, cluster=cluster, command=list(command), nodeset=nodeset)
         return J()
     monkeypatch.setattr("ctk.jobs.api.submit", fake_submit)
     rc = main(["job", "submit", "jax-smoke", "--deployment", dep, "--nodes", "2", "--set", "partition=debug",
                "--", "python3", "-c", "print('--set')"])
     assert rc == 0 and capsys.readouterr().out == "77\n"
-    assert seen == {"template": "jax-smoke", "params": {"partition": "debug", "nodes": "2"}, "cluster": dep,
+    assert seen == {"template": "jax-smoke", "params": {"partition": "debug", "nodes": "2"}, "cluster": c,
                     "command": ["python3", "-c", "print('--set')"], "nodeset": None}
 
 
@@ -152,8 +247,9 @@ def test_wait_backs_off_from_0_2_to_5_seconds(monkeypatch):
     from ctk.jobs import api
     sleeps = []
     states = iter(["PENDING"] * 8 + ["COMPLETED"])
-    monkeypatch.setattr(api.scheduler, "states", lambda d, ids: {ids[0]: next(states)})
+    monkeypatch.setattr(api.scheduler, "states", lambda c, ids, known=None: {ids[0]: next(states)})
+    monkeypatch.setattr(api.scheduler, "exit_code", lambda c, j: 0)
     monkeypatch.setattr(api.time, "sleep", sleeps.append)
-    job = api.Job("1", "/nowhere", {"id": "1"})
+    job = api.Job("1", Rec("/nowhere", None), {"id": "1"})
     assert job.wait() == "COMPLETED"
     assert sleeps == [0.2, 0.4, 0.8, 1.6, 3.2, 5.0, 5.0, 5.0]

@@ -76,46 +76,68 @@ def build_parser() -> argparse.ArgumentParser:
     job = sub.add_parser("job", help="render, submit and follow JAX training jobs from sbatch templates",
                          description="Batch scripts from the templates in sbatch/: resources, srun launch, "
                          "JAX/XLA/NCCL/TPU settings, preemption-safe mode. With --deployment the "
-                         "accelerator, GPUs per node, network and TPU facts come from the cluster, "
-                         "and submit/status/logs/cancel/list work on its jobs (local target).")
+                         "accelerator, GPUs per node, network and TPU facts come from the cluster. "
+                         "submit/status/logs/cancel/list work on a local deployment (--deployment DIR) "
+                         "or on any Slurm cluster through its login node over SSH (--host USER@HOST). "
+                         "Exit codes: 0 done, 1 the cluster failed or refused, 2 bad arguments.")
     jsub = job.add_subparsers(dest="job_cmd", metavar="SUBCOMMAND", parser_class=_Parser)
+
+    def cluster_args(p, deployment_help="deployment folder of a local cluster"):
+        g = p.add_argument_group("cluster (one of)")
+        g.add_argument("--deployment", metavar="DIR", help=deployment_help)
+        g.add_argument("--host", metavar="USER@HOST[:PORT]",
+                       help="a login node reached over SSH (Fabric); also a Host of your SSH config")
+        g.add_argument("-i", "--identity", metavar="FILE", help="with --host: the SSH private key")
+        g.add_argument("--ssh-config", metavar="FILE", help="with --host: an SSH config file (default ~/.ssh/config)")
+
+    def template_args(p):
+        p.add_argument("template", help="template name (see ctk job templates)")
+        p.add_argument("--set", action="append", default=[], metavar="K=V", dest="sets",
+                       help="set a template parameter (repeatable; lists as [a, b] or a,b)")
+        p.add_argument("--nodes", metavar="N", help="number of nodes (same as --set nodes=N)")
+        p.add_argument("--nodeset", metavar="NAME", help="nodeset to run on (default: the default partition's first)")
+        p.set_defaults(command=[])  # the words after `--` (split off in main)
+
     p = jsub.add_parser("templates", help="the templates and their parameters")
     p.add_argument("--json", action="store_true", help="machine-readable list")
     p = jsub.add_parser("render", help="print the batch script of a template",
                         usage="ctk job render TEMPLATE [--set K=V]... [--nodes N] [--deployment DIR] "
-                        "[--nodeset NAME] [-- CMD [ARG...]]")
-    p.add_argument("template", help="template name (see ctk job templates)")
-    p.add_argument("--set", action="append", default=[], metavar="K=V", dest="sets",
-                   help="set a template parameter (repeatable; lists as [a, b] or a,b)")
-    p.add_argument("--nodes", metavar="N", help="number of nodes (same as --set nodes=N)")
-    p.add_argument("--deployment", metavar="DIR", help="deployment folder whose deployment.json describes the cluster")
-    p.add_argument("--nodeset", metavar="NAME", help="nodeset to run on (default: the default partition's first)")
-    p.set_defaults(command=[])  # the words after `--` (split off in main)
+                        "[--nodeset NAME] [--check [--host USER@HOST]] [-- CMD [ARG...]]",
+                        description="Print the batch script. With --check, also ask the cluster whether it "
+                        "would run it (sbatch --test-only: nothing is queued); the answer goes to stderr "
+                        "and a refusal exits 1.")
+    template_args(p)
+    cluster_args(p, "deployment folder whose deployment.json describes the cluster (and, with --check, "
+                 "the local cluster that checks it)")
+    p.add_argument("--check", action="store_true", help="run sbatch --test-only on the cluster")
 
     p = jsub.add_parser("submit", help="render a template and submit it; print the job id",
-                        usage="ctk job submit TEMPLATE --deployment DIR [--set K=V]... [--nodes N] "
-                        "[--nodeset NAME] [--wait] [-- CMD [ARG...]]")
-    p.add_argument("template", help="template name (see ctk job templates)")
-    p.add_argument("--set", action="append", default=[], metavar="K=V", dest="sets",
-                   help="set a template parameter (repeatable; lists as [a, b] or a,b)")
-    p.add_argument("--nodes", metavar="N", help="number of nodes (same as --set nodes=N)")
-    p.add_argument("--deployment", metavar="DIR", help="deployment folder of the cluster (required)")
-    p.add_argument("--nodeset", metavar="NAME", help="nodeset to run on (default: the default partition's first)")
+                        usage="ctk job submit TEMPLATE (--deployment DIR | --host USER@HOST) [--set K=V]... "
+                        "[--nodes N] [--nodeset NAME] [--wait] [-- CMD [ARG...]]",
+                        description="Render the template, store the script in the cluster's ~/.ctk-jobs "
+                        "(/home/.ctk-jobs in a lab), sbatch it there and print the job id. The job is "
+                        "recorded in the local registry, so status/logs/cancel work later. With --host "
+                        "and --deployment, the facts come from the deployment and the job goes to the host.")
+    template_args(p)
+    cluster_args(p)
     p.add_argument("--wait", action="store_true", help="follow the job to its end and exit with its exit code")
-    p.set_defaults(command=[])
-    p = jsub.add_parser("status", help="Slurm state of jobs submitted through ctk (one squeue call)")
+    p = jsub.add_parser("status", help="Slurm state of jobs submitted through ctk (one squeue call)",
+                        description="States from one squeue call; jobs Slurm no longer lists come from "
+                        "the registry (final states seen before), the accounting database (sacct) or, "
+                        "in a lab, slurmctld's job completion log.")
     p.add_argument("ids", nargs="*", metavar="ID", help="job ids (default: every job in the registry)")
-    p.add_argument("--deployment", metavar="DIR", help="deployment folder of the cluster (required)")
+    cluster_args(p)
     p.add_argument("--json", action="store_true", help="machine-readable states")
-    p = jsub.add_parser("logs", help="print a job's stdout")
-    p.add_argument("id", metavar="ID", help="job id")
-    p.add_argument("--deployment", metavar="DIR", help="deployment folder of the cluster (required)")
+    p = jsub.add_parser("logs", help="print a job's stdout (ID_TASK: one array task's)")
+    p.add_argument("id", metavar="ID", help="job id, or ID_TASK for one task of an array job")
+    cluster_args(p)
     p.add_argument("-f", "--follow", action="store_true", help="keep printing until the job ends")
+    p.add_argument("--stderr", action="store_true", help="the job's stderr instead")
     p = jsub.add_parser("cancel", help="cancel a job (scancel)")
     p.add_argument("id", metavar="ID", help="job id")
-    p.add_argument("--deployment", metavar="DIR", help="deployment folder of the cluster (required)")
-    p = jsub.add_parser("list", help="jobs submitted through ctk to a deployment (the local registry)")
-    p.add_argument("--deployment", metavar="DIR", help="deployment folder of the cluster (required)")
+    cluster_args(p)
+    p = jsub.add_parser("list", help="jobs submitted through ctk to a cluster (the local registry)")
+    cluster_args(p)
     p.add_argument("--json", action="store_true", help="the registry's records as JSON")
 
     p = sub.add_parser("status", help="nodes and partitions of a deployed cluster (lab or ssh target)")
@@ -358,38 +380,52 @@ def _job(args, ap) -> int:
         ap.parse_args(["job", "--help"])
     if args.job_cmd == "templates":
         sys.stdout.write(jobcli.templates_text(args.json))
-        return EXIT_OK
+        return 0
     if args.job_cmd == "render":
-        sys.stdout.write(jobcli.render_cli(args.template, args.sets, args.nodes, args.deployment,
-                                           args.nodeset, list(getattr(args, "command", []))))
-        return EXIT_OK
+        if not args.check and (args.host or args.identity or args.ssh_config):
+            raise UserError_("--host, --identity and --ssh-config go with --check\n"
+                            "  hint: ctk job render TEMPLATE --check --host USER@HOST")
+        script = jobcli.render_cli(args.template, args.sets, args.nodes, args.deployment, args.nodeset,
+                                   args.command)
+        if not args.check:
+            sys.stdout.write(script)
+            return 0
+        cluster = jobcli.cluster_of(args)
+        try:
+            ok, answer = jobcli.check_script(script, cluster)
+        finally:
+            cluster.close()
+        sys.stdout.write(script)
+        sys.stdout.flush()
+        print(f"sbatch --test-only: {'accepted' if ok else 'REFUSED'}: {answer}", file=sys.stderr)
+        return 0 if ok else 1
     if args.job_cmd == "submit":
-        job = jobcli.submit_cli(args.template, args.sets, args.nodes, args.deployment, args.nodeset,
-                                list(getattr(args, "command", [])))
+        job = jobcli.submit_cli(args)
         print(job.id, flush=True)
         if not args.wait:
-            return EXIT_OK
+            return 0
         state = jobcli.follow(job, sys.stdout, print_logs=False)
         code = jobcli.final_exit_code(job, state)
         print(f"job {job.id}: {state} (exit code {code})", file=sys.stderr)
         return code
     if args.job_cmd == "status":
-        sys.stdout.write(jobcli.status_text(jobcli.status_rows(args.ids, args.deployment), args.json))
-        return EXIT_OK
+        sys.stdout.write(jobcli.status_text(jobcli.status_rows(args.ids, args), args.json))
+        return 0
     if args.job_cmd == "logs":
-        job = jobcli.load_job(args.id, args.deployment)
+        job, task = jobcli.load_job(args.id, args)
         if args.follow:
-            jobcli.follow(job, sys.stdout)
+            jobcli.follow(job, sys.stdout, task=task, stderr=args.stderr)
         else:
-            sys.stdout.write(job.logs())
-        return EXIT_OK
+            sys.stdout.write(job.logs(stderr=args.stderr, task=task))
+        return 0
     if args.job_cmd == "cancel":
-        jobcli.load_job(args.id, args.deployment).cancel()
-        print(f"cancelled {args.id}")
-        return EXIT_OK
+        job, task = jobcli.load_job(args.id, args)
+        job.cancel()
+        print(f"job {args.id}: cancel requested", file=sys.stderr)
+        return 0
     if args.job_cmd == "list":
-        sys.stdout.write(jobcli.list_text(args.deployment, args.json))
-        return EXIT_OK
+        sys.stdout.write(jobcli.list_text(args, args.json))
+        return 0
     raise AssertionError(args.job_cmd)
 
 

@@ -2,15 +2,18 @@
 
 Every Slurm node (controller, computes, login) is a lab node (see node.py) with its own
 hostname, loopback address and ports; munged runs in each with the cluster's key,
-slurmctld on the controller, slurmd on the computes. A shared folder is /home on every
-node, as NFS is on a real cluster. The runtime state lives in the deployment folder:
+slurmctld on the controller, slurmd on the computes, sshd on the login nodes. Shared
+folders are /home and /root (the nodes' only user) on every node, as NFS is on a real
+cluster. The runtime state lives in the deployment folder:
 
     lab/state.json         nodes, addresses, ports, what each was booted with
     lab/etc/               slurm.conf, gres.conf, cgroup.conf and hosts, as nodes see them
     lab/host/slurm.conf    the same cluster, for the host's sbatch/srun/squeue (ctk env)
-    lab/secrets/           the munge key (0400, never printed)
-    lab/home/              /home on every node
-    lab/slurmctld/         slurmctld's saved state (jobs survive a controller restart)
+    lab/secrets/           the munge key and the SSH keys (0400/0600, never printed)
+    lab/ssh_config         `ssh -F lab/ssh_config LOGIN` reaches a login node as root
+    lab/home/, lab/root/   /home and /root on every node
+    lab/slurmctld/         slurmctld's saved state (jobs survive a controller restart) and
+                           jobcomp.log, one line per finished job
     lab/nodes/NAME/        each node's upper dir, logs and pid
 """
 
@@ -44,6 +47,8 @@ DEFAULT_IMAGE = ImageSpec(name="ctk-local", module_id="", base="debian-12",
                           roles=["common", "munge", "slurm", "jax"], stack="jax-cpu")
 GPU_DIR_IN_NODE = "/etc/ctk-gpus"
 MUNGE_KEY_IN_NODE = "ctk/munge.key"  # under /run (tmpfs)
+SLURMD_TIMEOUT = 30  # a lab node that stops answering is DOWN (and its jobs requeued) in 30 s
+JOBCOMP_IN_NODE = "/var/spool/slurmctld/jobcomp.log"
 
 
 @dataclass
@@ -159,7 +164,7 @@ def layout(plan: LabPlan, host_munge_socket: str | None = None) -> NodeLayout:
         state_dir="/var/spool/slurmctld", spool_dir="/var/spool/slurmd", log_dir="/var/log/slurm",
         pid_dir="/run", slurm_user="root", controller_host=plan.controller.name,
         slurmd_port=leases.port(plan.n, leases.PORTS_PER_LEASE - 1), munge_socket=host_munge_socket,
-        gpu_dev_dir=GPU_DIR_IN_NODE)
+        gpu_dev_dir=GPU_DIR_IN_NODE, job_comp_loc=JOBCOMP_IN_NODE, slurmd_timeout=SLURMD_TIMEOUT)
 
 
 def lab_files(plan: LabPlan, ldir: str) -> dict[str, str]:
@@ -175,7 +180,41 @@ def lab_files(plan: LabPlan, ldir: str) -> dict[str, str]:
         files["etc/slurm/gres.conf"] = render_gres_conf(plan.dep, layout=lay)
         files["host/gres.conf"] = files["etc/slurm/gres.conf"]
     files["host/cgroup.conf"] = files["etc/slurm/cgroup.conf"]
+    files["ssh_config"] = ssh_config(plan, ldir)
     return files
+
+
+def ssh_key(ldir: str) -> str:
+    """The private key that logs in to the lab's login nodes as root."""
+    return os.path.join(os.path.abspath(ldir), "secrets", "ssh", "id_ed25519")
+
+
+def ssh_config(plan: LabPlan, ldir: str) -> str:
+    """An SSH config naming every login node, for ssh -F, Fabric and `ctk job --host`.
+    Host keys are checked against lab/known_hosts, written at deploy time."""
+    ldir = os.path.abspath(ldir)
+    out = ["# ctk lab: ssh -F THIS_FILE LOGIN_NODE\n"]
+    for x in plan.nodes:
+        if x.role == "login":
+            out.append(f"Host {x.name}\n  HostName {x.addr}\n  Port {x.port}\n  User root\n"
+                       f"  IdentityFile {ssh_key(ldir)}\n  IdentitiesOnly yes\n"
+                       f"  UserKnownHostsFile {ldir}/known_hosts\n  StrictHostKeyChecking yes\n")
+    return "".join(out)
+
+
+def _ssh_keys(plan: LabPlan, ldir: str) -> None:
+    """The lab's SSH host key and root's login key (secrets/ssh, 0700), and known_hosts."""
+    from ..images.buildnode import keypair
+
+    d = os.path.join(ldir, "secrets", "ssh")
+    os.makedirs(d, mode=0o700, exist_ok=True)
+    os.chmod(d, 0o700)
+    keypair(os.path.join(d, "host_ed25519"), "ctk-lab-host")
+    keypair(ssh_key(ldir), "ctk-lab-root")
+    with open(os.path.join(d, "host_ed25519.pub")) as f:
+        pub = " ".join(f.read().split()[:2])
+    known = "".join(f"[{x.addr}]:{x.port} {pub}\n" for x in plan.nodes if x.role == "login")
+    atomic.write_if_changed(os.path.join(ldir, "known_hosts"), known)
 
 
 def node_spec(plan: LabPlan, x: LabNode, ldir: str, lowerdirs: list[str]) -> nodes.NodeSpec:
@@ -185,18 +224,28 @@ def node_spec(plan: LabPlan, x: LabNode, ldir: str, lowerdirs: list[str]) -> nod
         services.append(nodes.Service("slurmctld", ["/usr/sbin/slurmctld", "-D", "-i"]))
     elif x.role == "compute":
         services.append(nodes.Service("slurmd", ["/usr/sbin/slurmd", "-D", "-N", x.name]))
+    run_files = {MUNGE_KEY_IN_NODE: {"src": os.path.join(ldir, "secrets", "munge.key"), "mode": "0400",
+                                     "owner": "munge"}}
+    run_dirs = [{"path": "munge", "mode": "0755", "owner": "munge"}]
+    if x.role == "login":  # sshd on the node's own address and port: ctk job --host reaches it
+        from ..images.buildnode import sshd_parts
+
+        sd = os.path.join(ldir, "secrets", "ssh")
+        files, dirs, sshd = sshd_parts(x.addr, x.port, os.path.join(sd, "host_ed25519"),
+                                       os.path.join(sd, "id_ed25519.pub"))
+        run_files.update(files)
+        run_dirs += dirs
+        services.append(sshd)
     binds = [{"src": os.path.join(ldir, "etc", "slurm"), "dest": "/etc/slurm", "ro": True},
              {"src": os.path.join(ldir, "etc", "hosts"), "dest": "/etc/hosts", "ro": True},
              {"src": os.path.join(ldir, "home"), "dest": "/home"},
+             {"src": os.path.join(ldir, "root"), "dest": "/root"},
              {"src": os.path.join(ldir, "gpus"), "dest": GPU_DIR_IN_NODE, "ro": True}]
     if x.role == "controller":
         binds.append({"src": os.path.join(ldir, "slurmctld"), "dest": "/var/spool/slurmctld"})
     return nodes.NodeSpec(
         hostname=x.name, state_dir=os.path.join(ldir, "nodes", x.name), lowerdirs=lowerdirs,
-        services=services, binds=binds,
-        run_files={MUNGE_KEY_IN_NODE: {"src": os.path.join(ldir, "secrets", "munge.key"), "mode": "0400",
-                                       "owner": "munge"}},
-        run_dirs=[{"path": "munge", "mode": "0755", "owner": "munge"}])
+        services=services, binds=binds, run_files=run_files, run_dirs=run_dirs)
 
 
 def spec_hash(spec: nodes.NodeSpec, conf_files: dict[str, str]) -> str:
@@ -247,6 +296,11 @@ def _ensure_host_munged(ldir: str, key: str) -> None:
     """A munged on the host with the cluster's key, for the host's sbatch/srun/squeue."""
     if not host_munged_running(ldir):
         start_munged(os.path.join(ldir, "host-munge"), key_file=key, force=True)
+
+
+def jobcomp_log(deployment_dir: str) -> str:
+    """slurmctld's job completion log on this machine (jobcomp/filetxt)."""
+    return os.path.join(os.path.abspath(lab_dir(deployment_dir)), "slurmctld", "jobcomp.log")
 
 
 def slurm_env(deployment_dir: str) -> dict[str, str]:
@@ -323,9 +377,11 @@ def deploy_local(dep: Deployment, deployment_dir: str, *, max_nodes: int = DEFAU
     old = load_state(deployment_dir) or {}
     started_now: list[str] = []
     try:
-        for d in ("home", "slurmctld", "gpus", "nodes"):
+        for d in ("home", "root", "slurmctld", "gpus", "nodes"):
             os.makedirs(os.path.join(ldir, d), exist_ok=True)
         os.chmod(os.path.join(ldir, "home"), 0o755)
+        os.chmod(os.path.join(ldir, "root"), 0o700)
+        _ssh_keys(plan, ldir)
         max_gpus = max([ns.gpu_count for ns in plan.dep.nodesets] + [0])
         for i in range(max_gpus):
             link = os.path.join(ldir, "gpus", f"nvidia{i}")
@@ -435,9 +491,13 @@ def status_local(deployment_dir: str) -> dict:
         sd = os.path.join(ldir, "nodes", x["name"])
         running = nodes.node_pid(sd) is not None
         dead = nodes.dead_services(sd) if running else []
-        out_nodes.append({"name": x["name"], "role": x["role"], "addr": x["addr"], "image": x["image"],
-                          "running": running and not dead, "dead_services": dead,
-                          "slurm_state": slurm_states.get(x["name"]) if x["role"] == "compute" else None})
+        row = {"name": x["name"], "role": x["role"], "addr": x["addr"], "image": x["image"],
+               "running": running and not dead, "dead_services": dead,
+               "slurm_state": slurm_states.get(x["name"]) if x["role"] == "compute" else None}
+        if x["role"] == "login":
+            row["ssh"] = {"host": x["addr"], "port": x["port"], "user": "root", "identity": ssh_key(ldir),
+                          "ssh_config": os.path.join(os.path.abspath(ldir), "ssh_config")}
+        out_nodes.append(row)
     parts = []
     r = slurm(deployment_dir, "sinfo", "-h", "-o", "%P|%a|%D|%T|%N|%G", timeout=15, check=False)
     if r.returncode == 0:
@@ -464,6 +524,11 @@ def format_status(st: dict) -> str:
         for p in st["partitions"]:
             lines.append(f"{p['partition'] + ('*' if p['default'] else ''):<12} {p['avail']:<6} {p['nodes']:>5}  "
                          f"{p['state']:<10} {p['gres']:<14} {p['nodelist']}")
+    for x in st["nodes"]:
+        if x.get("ssh"):
+            lines += ["", f"login {x['name']}: ssh -F {x['ssh']['ssh_config']} {x['name']}",
+                      f"  jobs through it: ctk job submit TEMPLATE --host {x['name']} "
+                      f"--ssh-config {x['ssh']['ssh_config']} ..."]
     return "\n".join(lines) + "\n"
 
 

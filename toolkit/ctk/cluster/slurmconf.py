@@ -83,6 +83,10 @@ class NodeLayout:
     # machine. False (the ssh target: one slurmd per machine): Debian's own names, which its
     # units and ctk's roles expect (/run/slurmd.pid, slurmd.log, one spool dir).
     per_node_files: bool = True
+    # JobCompLoc of a jobcomp/filetxt log (one line per finished job), for clusters without
+    # an accounting database; None: JobCompType=jobcomp/none.
+    job_comp_loc: str | None = None
+    slurmd_timeout: int = 300  # seconds before slurmctld marks a silent node DOWN
 
 
 # --------------------------------------------------------------------------- helpers
@@ -340,13 +344,14 @@ def _base_params(dep: Deployment, layout: NodeLayout | None, has_gpus: bool) -> 
         ("ReturnToService", "2"),
         ("JobAcctGatherType", "jobacct_gather/none"),
         ("AccountingStorageType", "accounting_storage/none"),
-        ("JobCompType", "jobcomp/none"),
+        *([("JobCompType", "jobcomp/filetxt"), ("JobCompLoc", layout.job_comp_loc)]
+          if layout is not None and layout.job_comp_loc else [("JobCompType", "jobcomp/none")]),
         *slurmd_params,
     ]
 
     timeouts: Params = [
         ("SlurmctldTimeout", "120"),
-        ("SlurmdTimeout", "300"),
+        ("SlurmdTimeout", str(layout.slurmd_timeout if layout is not None else 300)),
         ("MessageTimeout", "30"),
         ("InactiveLimit", "0"),
         ("KillWait", "30"),

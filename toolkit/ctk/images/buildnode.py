@@ -40,9 +40,25 @@ def _free_port(addr: str) -> int:
         return s.getsockname()[1]
 
 
-def _keypair(path: str) -> None:
-    run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "ctk-build", "-f", path],
-        what="ssh-keygen failed")
+def sshd_parts(addr: str, port: int, host_key: str, authorized_keys: str) -> tuple[dict, list, nodes.Service]:
+    """What a node needs to run sshd on ADDR:PORT: its /run files (the host key and the
+    authorized keys, copied in at boot, never baked into a layer), /run dirs and the service.
+    Key-only logins; root may log in (the lab's nodes have no other user)."""
+    files = {"ctk/ssh_host_ed25519_key": {"src": host_key, "mode": "0600"},
+             "ctk/authorized_keys": {"src": authorized_keys, "mode": "0600"}}
+    service = nodes.Service("sshd", [
+        "/usr/sbin/sshd", "-D", "-e", "-p", str(port), "-o", f"ListenAddress={addr}",
+        "-o", "HostKey=/run/ctk/ssh_host_ed25519_key", "-o", "AuthorizedKeysFile=/run/ctk/authorized_keys",
+        "-o", "UsePAM=no", "-o", "PermitRootLogin=prohibit-password", "-o", "PidFile=/run/sshd.pid",
+        "-o", "PasswordAuthentication=no"])
+    return files, [{"path": "sshd", "mode": "0755"}], service
+
+
+def keypair(path: str, comment: str = "ctk") -> None:
+    """An ed25519 key pair at PATH (0600) and PATH.pub, unless PATH exists."""
+    if not os.path.exists(path):
+        run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", path],
+            what="ssh-keygen failed")
 
 
 def boot(lowerdirs: list[str], work: str, timeout: float = 30.0, run_files: dict | None = None,
@@ -57,22 +73,17 @@ def boot(lowerdirs: list[str], work: str, timeout: float = 30.0, run_files: dict
     os.makedirs(keys, mode=0o700, exist_ok=True)
     client, host = os.path.join(keys, "client"), os.path.join(keys, "host")
     for k in (client, host):
-        if not os.path.exists(k):
-            _keypair(k)
+        keypair(k, "ctk-build")
     port = port or _free_port(addr)
+    files, dirs, sshd = sshd_parts(addr, port, host, client + ".pub")
     spec = nodes.NodeSpec(
         hostname=hostname,
         state_dir=os.path.join(work, "node"),
         lowerdirs=lowerdirs,
-        run_files={"ctk/ssh_host_ed25519_key": {"src": host, "mode": "0600"},
-                   "ctk/authorized_keys": {"src": client + ".pub", "mode": "0600"}, **(run_files or {})},
-        run_dirs=[{"path": "sshd", "mode": "0755"}],
+        run_files={**files, **(run_files or {})},
+        run_dirs=dirs,
         binds=list(binds or []),
-        services=[nodes.Service("sshd", [
-            "/usr/sbin/sshd", "-D", "-e", "-p", str(port), "-o", f"ListenAddress={addr}",
-            "-o", "HostKey=/run/ctk/ssh_host_ed25519_key", "-o", "AuthorizedKeysFile=/run/ctk/authorized_keys",
-            "-o", "UsePAM=no", "-o", "PermitRootLogin=prohibit-password", "-o", "PidFile=/run/sshd.pid",
-            "-o", "PasswordAuthentication=no"])],
+        services=[sshd],
     )
     nodes.boot(spec, timeout=timeout)
     deadline = time.time() + timeout

@@ -1,8 +1,11 @@
 """Python API: submit a template to a cluster and follow the job.
 
-    job = ctk.jobs.submit("jax-smoke", {"nodes": 2}, "path/to/deployment", command=["python"])
+    job = ctk.jobs.submit("jax-smoke", {"nodes": 2}, "path/to/deployment", command=["python3"])
     job.wait()          # the final Slurm state, e.g. "COMPLETED"
     print(job.logs())
+
+The cluster is a local deployment folder (a path) or a `ctk.jobs.clusters.Cluster`, e.g.
+`SshCluster("alice@login.example.org")` for a login node reached over SSH.
 """
 
 from __future__ import annotations
@@ -13,29 +16,49 @@ from typing import Any, Iterable, Sequence
 
 from ..blueprint.errors import UserError
 from . import registry, scheduler, templates
+from .clusters import Cluster, LocalCluster
 
 POLL_START, POLL_MAX = 0.2, 5.0
 
 
-class Job:
-    """A job submitted through ctk to a local deployment."""
+def as_cluster(cluster: "Cluster | str | os.PathLike") -> Cluster:
+    if isinstance(cluster, Cluster):
+        return cluster
+    if isinstance(cluster, (str, os.PathLike)):
+        return LocalCluster(os.fspath(cluster)).check()
+    raise UserError("cluster: a deployment folder path or a ctk.jobs.clusters.Cluster")
 
-    def __init__(self, job_id: str, cluster: str, record: dict[str, Any] | None = None):
+
+class Job:
+    """A job submitted through ctk."""
+
+    def __init__(self, job_id: str, cluster: "Cluster | str", record: dict[str, Any] | None = None):
         self.id = str(job_id)
-        self.cluster = cluster
-        self.record = record if record is not None else registry.get(cluster, self.id)
+        self.cluster = as_cluster(cluster)
+        self.record = record if record is not None else registry.get(self.cluster.registry_dir, self.id)
 
     @classmethod
-    def load(cls, job_id: str, cluster: str) -> "Job":
-        return cls(job_id, cluster, registry.get(cluster, str(job_id)))
+    def load(cls, job_id: str, cluster: "Cluster | str") -> "Job":
+        c = as_cluster(cluster)
+        return cls(job_id, c, registry.get(c.registry_dir, str(job_id)))
 
     def __repr__(self) -> str:
         return f"Job({self.id!r}, {self.cluster!r})"
 
     @property
     def state(self) -> str:
-        """Slurm's state now (one squeue call)."""
-        return scheduler.states(self.cluster, [self.id])[self.id]
+        """Slurm's state now (one squeue call; the registry or accounting once Slurm forgets)."""
+        known = {self.id: self.record["final_state"]} if self.record.get("final_state") else None
+        st = scheduler.states(self.cluster, [self.id], known)[self.id]
+        if st in scheduler.FINAL_STATES and st != scheduler.UNKNOWN and not known:
+            self.remember(st)
+        return st
+
+    def remember(self, state: str) -> None:
+        """Note a final state in the registry, for when Slurm no longer lists the job."""
+        code = scheduler.exit_code(self.cluster, self.id)
+        self.record.update(final_state=state, exit_code=code)
+        registry.append(self.cluster.registry_dir, {"id": self.id, "final_state": state, "exit_code": code})
 
     @property
     def done(self) -> bool:
@@ -57,39 +80,63 @@ class Job:
             delay = min(delay * 2, poll_max)
 
     def exit_code(self) -> int | None:
+        if "exit_code" in self.record and self.record.get("final_state"):
+            return self.record["exit_code"]
         return scheduler.exit_code(self.cluster, self.id)
 
-    def log_paths(self) -> tuple[str | None, str | None]:
-        out, err = self.record.get("stdout"), self.record.get("stderr")
+    @property
+    def tasks(self) -> list[str]:
+        """Array task ids ([] for a plain job)."""
+        return list(self.record.get("array_tasks") or [])
+
+    def log_paths(self, task: str | None = None) -> tuple[str, str]:
+        """stdout and stderr as the cluster sees them (of array task TASK, default the first,
+        for an array job: the registry keeps its paths with %a in place of the task id)."""
+        out, err = self.record["stdout"], self.record["stderr"]
+        if self.tasks:
+            t = task if task is not None else self.tasks[0]
+            out, err = out.replace("%a", t), err.replace("%a", t)
         return out, err
 
-    def logs(self, stderr: bool = False) -> str:
-        """The job's stdout (or stderr) so far; "" before it starts writing."""
-        p = self.log_paths()[1 if stderr else 0]
-        if not p:
-            return ""
-        try:
-            with open(p, encoding="utf-8", errors="replace") as f:
-                return f.read()
-        except FileNotFoundError:
-            return ""
+    def log_bytes(self, stderr: bool = False, task: str | None = None, offset: int = 0) -> bytes:
+        """The raw bytes of one log (of array task TASK) from byte OFFSET."""
+        return self.cluster.read(self.log_paths(task)[1 if stderr else 0], offset)
+
+    def logs(self, stderr: bool = False, task: str | None = None) -> str:
+        """The job's stdout (or stderr) so far; "" before it starts writing. An array job's
+        logs are its tasks' logs, one after another, each under a header line."""
+        if self.tasks and task is None:
+            parts = []
+            for t in self.tasks:
+                text = self.log_bytes(stderr, t).decode("utf-8", errors="replace")
+                if text:
+                    parts.append(f"==> {self.id}_{t} <==\n{text}")
+            return "".join(parts)
+        return self.log_bytes(stderr, task).decode("utf-8", errors="replace")
 
     def cancel(self) -> None:
         scheduler.cancel(self.cluster, self.id)
 
 
-def submit(template: str, params: dict[str, Any], cluster: str, command: Sequence[str] = (),
-           nodeset: str | None = None, extra_args: Iterable[str] = ()) -> Job:
-    """Render TEMPLATE with PARAMS for the deployment folder CLUSTER and submit it."""
-    if not isinstance(cluster, (str, os.PathLike)):
-        raise UserError("cluster: a deployment folder path")
-    cluster = os.fspath(cluster)
-    dep = templates.load_deployment(cluster)
+def submit(template: str, params: dict[str, Any], cluster: "Cluster | str", command: Sequence[str] = (),
+           nodeset: str | None = None, extra_args: Iterable[str] = (), deployment: str | None = None) -> Job:
+    """Render TEMPLATE with PARAMS and submit it to CLUSTER (a local deployment folder, or a
+    Cluster). The deployment's facts (accelerator, GPUs, network) come from CLUSTER when it is
+    a local deployment, or from DEPLOYMENT (a deployment folder) when given."""
+    c = as_cluster(cluster)
+    dep_dir = deployment or c.deployment_dir()
+    dep = templates.load_deployment(dep_dir) if dep_dir else None
     script = templates.render(template, dict(params), list(command), dep, nodeset)
-    job_id, path = scheduler.submit(script, cluster, extra_args, name=template)
-    out, err = scheduler.log_paths(cluster, script, job_id, os.path.basename(path))
-    record = {"id": job_id, "template": template, "params": {k: v for k, v in params.items()},
-              "command": [str(c) for c in command], "nodeset": nodeset, "script": path,
-              "stdout": out, "stderr": err, "submitted": time.time(), "cluster": os.path.abspath(cluster)}
-    registry.append(cluster, record)
-    return Job(job_id, cluster, record)
+    job_id, path = scheduler.submit(c, script, extra_args, name=template)
+    tasks = scheduler.array_tasks(script)
+    if tasks:
+        out, err = scheduler.log_paths(c, script, job_id, template, "%a")
+    else:
+        out, err = scheduler.log_paths(c, script, job_id, template)
+    record = {"id": job_id, "template": template, "params": dict(params),
+              "command": [str(x) for x in command], "nodeset": nodeset, "script": path,
+              "stdout": out, "stderr": err, "submitted": time.time(), "cluster": c.key}
+    if tasks:
+        record["array_tasks"] = tasks
+    registry.append(c.registry_dir, record)
+    return Job(job_id, c, record)

@@ -32,6 +32,13 @@ def render_cli(template: str, sets: list[str], nodes: str | None, deployment: st
     return templates.render(template, params, command, cluster, nodeset)
 
 
+def check_script(script: str, cluster) -> tuple[bool, str]:
+    """`sbatch --test-only` of SCRIPT on CLUSTER: (accepted, Slurm's answer)."""
+    from . import scheduler
+
+    return scheduler.test_only(cluster, script)
+
+
 def templates_text(as_json: bool) -> str:
     tpls = [templates.load_template(n) for n in templates.list_templates()]
     if as_json:
@@ -48,41 +55,65 @@ def templates_text(as_json: bool) -> str:
 
 # ---- submit and follow (ctk job submit/status/logs/cancel/list) ----------------------------
 
-def _deployment(deployment: str | None) -> str:
-    if not deployment:
-        raise UserError("--deployment DIR is required\n  hint: ctk job submit jax-smoke --deployment DIR")
-    if not os.path.isdir(deployment):
-        raise UserError(f"--deployment {deployment}: no such folder\n"
-                        "  hint: deploy a cluster with 'ctk deploy BLUEPRINT -o DIR'")
-    return deployment
+def cluster_of(args):
+    """The cluster named by --host (with --identity/--ssh-config) or --deployment."""
+    from .clusters import open_cluster
+
+    return open_cluster(getattr(args, "deployment", None), getattr(args, "host", None),
+                        getattr(args, "identity", None), getattr(args, "ssh_config", None))
 
 
-def submit_cli(template: str, sets: list[str], nodes: str | None, deployment: str | None,
-               nodeset: str | None, command: list[str]):
+def where(args) -> str:
+    """The flags that name the cluster, for hints."""
+    if getattr(args, "host", None):
+        return f"--host {args.host}" + (f" --ssh-config {args.ssh_config}" if getattr(args, "ssh_config", None) else "")
+    return f"--deployment {args.deployment}"
+
+
+def submit_cli(args):
     from .api import submit
 
-    return submit(template, parse_sets(sets, nodes), _deployment(deployment), command, nodeset)
+    cluster = cluster_of(args)
+    deployment = args.deployment if args.host else None
+    return submit(args.template, parse_sets(args.sets, args.nodes), cluster, args.command, args.nodeset,
+                  deployment=deployment)
 
 
-def load_job(job_id: str, deployment: str | None):
+def load_job(job_id: str, args):
+    """(the Job, the array task asked for or None): ID may be an array task, 12_3."""
+    from . import registry
     from .api import Job
 
-    return Job.load(job_id, _deployment(deployment))
+    cluster = cluster_of(args)
+    base, _, task = str(job_id).partition("_")
+    rec = registry.get(cluster.registry_dir, base, where(args))
+    job = Job(base, cluster, rec)
+    if task and task not in job.tasks:
+        raise UserError(f"job {job_id}: job {base} has no array task {task!r}"
+                        + (f"\n  hint: tasks {', '.join(job.tasks)}" if job.tasks else ""))
+    return job, task or None
 
 
-def status_rows(ids: list[str], deployment: str | None) -> list[dict]:
-    """One row per job asked about (every registered job when IDS is empty), one squeue call."""
+def status_rows(ids: list[str], args) -> list[dict]:
+    """One row per job asked about (every registered job when IDS is empty): one squeue call,
+    and for jobs Slurm has forgotten, one accounting / completion-log query."""
     from . import registry, scheduler
 
-    d = _deployment(deployment)
+    cluster = cluster_of(args)
+    d = cluster.registry_dir
     recs = registry.load(d)
     if ids:
         by_id = {str(r["id"]): r for r in recs}
         for j in ids:
             if j not in by_id:
-                registry.get(d, j)  # raises the UserError with its hint
+                registry.get(d, j, where(args))  # raises the UserError with its hint
         recs = [by_id[j] for j in ids]
-    st = scheduler.states(d, [str(r["id"]) for r in recs])
+    known = {str(r["id"]): r["final_state"] for r in recs if r.get("final_state")}
+    st = scheduler.states(cluster, [str(r["id"]) for r in recs], known)
+    for r in recs:  # remember final states, for when Slurm no longer lists the jobs
+        s = st[str(r["id"])]
+        if s in scheduler.FINAL_STATES and s != scheduler.UNKNOWN and not r.get("final_state"):
+            registry.append(d, {"id": str(r["id"]), "final_state": s})
     return [{"id": str(r["id"]), "state": st[str(r["id"])], "template": r.get("template"),
              "submitted": r.get("submitted"), "script": r.get("script"), "stdout": r.get("stdout")}
             for r in recs]
@@ -94,10 +125,10 @@ def status_text(rows: list[dict], as_json: bool) -> str:
     return _table(rows, ("id", "state", "template"))
 
 
-def list_text(deployment: str | None, as_json: bool) -> str:
+def list_text(args, as_json: bool) -> str:
     from . import registry
 
-    recs = registry.load(_deployment(deployment))
+    recs = registry.load(cluster_of(args).registry_dir)
     if as_json:
         return json.dumps(recs, indent=2) + "\n"
     rows = [{"id": str(r["id"]), "template": r.get("template", ""),
@@ -116,20 +147,30 @@ def _table(rows: list[dict], cols: tuple[str, ...]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def follow(job, out, poll: float = 0.2, poll_max: float = 2.0, print_logs: bool = True) -> str:
-    """Write the job's stdout to OUT as it grows until the job ends; the final state."""
+def follow(job, out, poll: float = 0.2, poll_max: float = 2.0, print_logs: bool = True,
+           task: str | None = None, stderr: bool = False) -> str:
+    """Write the job's stdout (or stderr) to OUT as it grows until the job ends; the final state."""
+    import codecs
+
     from . import scheduler
 
+    whole = bool(job.tasks) and task is None  # every array task's log, under headers
     pos = 0
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     delay = poll
     while True:
         st = job.state
         if print_logs:
-            text = job.logs()
-            if len(text) > pos:
-                out.write(text[pos:])
+            if whole:
+                text = job.logs(stderr)
+                new, pos = text[pos:], max(pos, len(text))
+            else:
+                data = job.log_bytes(stderr, task, pos)
+                pos += len(data)
+                new = decoder.decode(data)
+            if new:
+                out.write(new)
                 out.flush()
-                pos = len(text)
                 delay = poll
         if st in scheduler.FINAL_STATES:
             break

@@ -1,5 +1,9 @@
-"""The local registry of submitted jobs: `<deployment>/jobs.jsonl`, one JSON object a line,
-appended under an exclusive lock so concurrent submits never interleave a line."""
+"""The local registry of submitted jobs: `<dir>/jobs.jsonl`, one JSON object a line, appended
+under an exclusive lock so concurrent submits never interleave a line. DIR is the deployment
+folder for a local cluster, `~/.local/state/ctk/hosts/USER@HOST_PORT` for a login host.
+
+A job's first line holds what was submitted; later lines with the same id add to it (the
+final state and exit code, once seen), so status works after Slurm forgets the job."""
 
 from __future__ import annotations
 
@@ -20,7 +24,8 @@ def path(deployment_dir: str) -> str:
 def append(deployment_dir: str, record: dict[str, Any]) -> None:
     """Add RECORD (needs an 'id') as one line, atomically with respect to other ctk processes."""
     line = (json.dumps(record, sort_keys=True, ensure_ascii=True, default=str) + "\n").encode()
-    fd = os.open(path(deployment_dir), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.makedirs(deployment_dir, mode=0o700, exist_ok=True)
+    fd = os.open(path(deployment_dir), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         try:
@@ -35,7 +40,7 @@ def append(deployment_dir: str, record: dict[str, Any]) -> None:
 
 
 def load(deployment_dir: str) -> list[dict[str, Any]]:
-    """Every record, oldest first (a later record of the same id replaces an earlier one)."""
+    """Every job, oldest first (later lines of the same id update its record)."""
     try:
         f = open(path(deployment_dir), encoding="utf-8")
     except FileNotFoundError:
@@ -50,14 +55,20 @@ def load(deployment_dir: str) -> list[dict[str, Any]]:
         except ValueError:
             continue  # a torn line (the machine died mid-write): skip it
         if isinstance(rec, dict) and "id" in rec:
-            by_id.pop(str(rec["id"]), None)
-            by_id[str(rec["id"])] = rec
+            jid = str(rec["id"])
+            if jid in by_id and "template" not in rec:  # an update of a known job
+                by_id[jid].update(rec)
+            else:  # a new job (a reused id after a Slurm reset replaces the old one)
+                by_id.pop(jid, None)
+                by_id[jid] = rec
     return list(by_id.values())
 
 
-def get(deployment_dir: str, job_id: str) -> dict[str, Any]:
+def get(deployment_dir: str, job_id: str, where: str = "") -> dict[str, Any]:
+    base = str(job_id).split("_", 1)[0]  # an array task 12_3 belongs to job 12
     for rec in load(deployment_dir):
-        if str(rec["id"]) == str(job_id):
+        if str(rec["id"]) == base:
             return rec
-    raise UserError(f"job {job_id}: not submitted through ctk to {deployment_dir}\n"
-                    f"  hint: ctk job list --deployment {deployment_dir}")
+    where = where or f"--deployment {deployment_dir}"
+    raise UserError(f"job {job_id}: not submitted through ctk to this cluster\n"
+                    f"  hint: ctk job list {where}")
