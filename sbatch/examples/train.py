@@ -174,8 +174,16 @@ def main(argv=None) -> None:
         yg = jax.make_array_from_process_local_data(data_sharding, y[rows], y.shape)
         state = train_step(state, xg, yg)
         log(f"step={step} loss={host_loss()!r}")  # repr: exact, equal floats print equal
-        if step % args.checkpoint_every == 0 or step == args.steps:
-            mgr.save(step, args=ocp.args.StandardSave(state))  # every process takes part
+        # Slurm preempts or requeues with SIGTERM (KillWait seconds before SIGKILL); JAX's
+        # preemption notifier catches it and every process agrees on the step to stop at.
+        preempted = mgr.reached_preemption(step)
+        if preempted or step % args.checkpoint_every == 0 or step == args.steps:
+            mgr.save(step, args=ocp.args.StandardSave(state), force=True)  # every process takes part
+        if preempted:
+            mgr.wait_until_finished()
+            mgr.close()
+            log(f"train: preempted at step {step}: checkpoint saved, exiting")
+            sys.exit(143)  # 128 + SIGTERM: ended by the signal, after a clean checkpoint
         if args.sleep:
             time.sleep(args.sleep)
     if step > args.steps:

@@ -20,9 +20,11 @@ def test_states_asks_squeue_once_for_every_job():
 
 
 def test_parse_states_marks_forgotten_jobs_unknown_and_maps_array_tasks():
-    out = "11|RUNNING\n12|COMPLETED\n20_1|PENDING\n20_2|RUNNING\n"
-    assert scheduler.parse_states(out, ["11", "12", "13", "20"]) == {
-        "11": "RUNNING", "12": "COMPLETED", "13": "UNKNOWN", "20": "PENDING"}
+    out = "11|RUNNING\n12|COMPLETED\n20_1|COMPLETED\n20_[2-3]|PENDING\n21_0|COMPLETED\n21_1|FAILED\n" \
+          "22_0|COMPLETED\n22_1|COMPLETED\n23_0|COMPLETED\n23_[1]|PENDING\n23_2|RUNNING\n"
+    assert scheduler.parse_states(out, ["11", "12", "13", "20", "21", "22", "23", "20_1"]) == {
+        "11": "RUNNING", "12": "COMPLETED", "13": "UNKNOWN", "20": "PENDING", "21": "FAILED",
+        "22": "COMPLETED", "23": "RUNNING", "20_1": "COMPLETED"}
 
 
 class Rec(Cluster):
@@ -129,9 +131,11 @@ def test_submit_stores_the_script_and_parses_the_id(dep):
 def test_local_scripts_are_new_files_in_the_shared_home(dep):
     c = LocalCluster(dep)
     p1, p2 = c.put_script("one", "jax-smoke"), c.put_script("two", "jax-smoke")
-    assert p1 != p2 and p1.startswith("/home/.ctk-jobs/jax-smoke-")
-    assert open(c.host_path(p1)).read() == "one" and c.host_path(p1).startswith(os.path.join(dep, "lab", "home"))
-    assert c.read(p2) == b"two" and c.read(p2, 1) == b"wo" and c.read("/home/none") == b""
+    assert p1 != p2 and p1.startswith(os.path.join(dep, "lab", "home", ".ctk-jobs", "jax-smoke-"))
+    assert open(p1).read() == "one"
+    node_path = "/home/.ctk-jobs/" + os.path.basename(p2)
+    assert c.host_path(node_path) == p2
+    assert c.read(node_path) == b"two" and c.read(node_path, 1) == b"wo" and c.read("/home/none") == b""
     assert c.host_path("/tmp/x.out") is None and c.read("/tmp/x.out") == b""
 
 

@@ -47,7 +47,7 @@ DEFAULT_IMAGE = ImageSpec(name="ctk-local", module_id="", base="debian-12",
                           roles=["common", "munge", "slurm", "jax"], stack="jax-cpu")
 GPU_DIR_IN_NODE = "/etc/ctk-gpus"
 MUNGE_KEY_IN_NODE = "ctk/munge.key"  # under /run (tmpfs)
-SLURMD_TIMEOUT = 30  # a lab node that stops answering is DOWN (and its jobs requeued) in 30 s
+SLURMD_TIMEOUT = 15  # a lab node that stops answering is DOWN (and its jobs requeued) within ~20 s
 JOBCOMP_IN_NODE = "/var/spool/slurmctld/jobcomp.log"
 
 

@@ -4,7 +4,7 @@ Both kinds answer the same few questions, so everything above (scheduler, api, c
 written once:
 
 - `run(argv)`: run a Slurm command (sbatch, squeue, scontrol, scancel, sacct) on the cluster;
-- `put_script(text, name)`: store a batch script where the cluster can read it; its path;
+- `put_script(text, name)`: store a batch script where `run(["sbatch", ...])` reads it; its path;
 - `jobs_dir`: the folder, as the cluster sees it, where scripts and relative logs live;
 - `read(path, offset)`: a log file's bytes from OFFSET (b"" while it does not exist);
 - `forgotten(ids)`: final states of jobs that squeue no longer lists (accounting, or the
@@ -170,7 +170,7 @@ class LocalCluster(Cluster):
                 continue
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 f.write(text)
-            return f"{NODE_JOBS_DIR}/{fname}"
+            return os.path.join(d, fname)  # sbatch runs on this machine
         raise SlurmError(f"cannot name a new script in {d}")
 
     def read(self, path: str, offset: int = 0) -> bytes:

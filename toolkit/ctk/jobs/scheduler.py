@@ -54,14 +54,24 @@ def states_argv(job_ids: Sequence[str]) -> list[str]:
 
 
 def parse_states(text: str, job_ids: Sequence[str]) -> dict[str, str]:
+    """squeue's `ID|STATE` lines as {id: state}. An array job (123_0, 123_[1-4], ...) is as
+    far as its least advanced task: still RUNNING/PENDING while any task is, else COMPLETED
+    if every task completed, else the first task's end that was not COMPLETED."""
     found: dict[str, str] = {}
+    tasks: dict[str, list[str]] = {}
     for line in text.splitlines():
         jid, sep, state = line.strip().partition("|")
         if not sep:
             continue
-        base = jid.split("_", 1)[0]  # array tasks: 123_4 (the first task listed speaks for 123)
         found.setdefault(jid, state.strip())
-        found.setdefault(base, state.strip())
+        if "_" in jid:
+            tasks.setdefault(jid.split("_", 1)[0], []).append(state.strip())
+    for base, sts in tasks.items():
+        live = [st for st in sts if st not in FINAL_STATES]
+        if live:
+            found[base] = next((st for st in live if st != "PENDING"), live[0])
+        else:
+            found[base] = next((st for st in sts if st != "COMPLETED"), "COMPLETED")
     return {j: found.get(j, UNKNOWN) for j in job_ids}
 
 

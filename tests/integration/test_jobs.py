@@ -1,0 +1,264 @@
+"""ctk job on the lab, for real: every template checked by slurmctld (sbatch --test-only),
+train.py requeued mid-run (scontrol requeue; a killed slurmd on a 3-node lab) resuming from
+its orbax checkpoint, submission through the login node over SSH, array task logs, and final
+states from slurmctld's job completion log."""
+
+import json
+import os
+import re
+import shutil
+import time
+
+import pytest
+
+from conftest import ROOT
+from .conftest import LAB, ctk
+from .test_local_target import deploy
+
+pytestmark = pytest.mark.integration
+for tool in ("slurmctld", "packer", "debootstrap", "ssh"):
+    if not shutil.which(tool, path="/usr/sbin:/usr/bin:/sbin:/bin"):
+        pytest.skip(f"{tool} is not installed", allow_module_level=True)
+
+PY = "/opt/ctk/jax/bin/python"
+TRAIN = os.path.join(ROOT, "sbatch", "examples", "train.py")
+
+
+def _with_train(lab):
+    shutil.copy(TRAIN, os.path.join(lab.path, "lab", "home", "train.py"))
+    return lab
+
+
+@pytest.fixture(scope="module")
+def lab(lab_build, state, tmp_path_factory):
+    lab = _with_train(deploy(tmp_path_factory, state, "jobs", LAB))
+    yield lab
+    lab.ctk("destroy", lab.path)
+
+
+@pytest.fixture(scope="module")
+def lab3(lab_build, state, tmp_path_factory):
+    """The lab with 3 debug nodes: a 2-node job still fits when one node is lost."""
+    text = open(LAB).read().replace("node_count_static: 2", "node_count_static: 3", 1)
+    bp = tmp_path_factory.mktemp("bp3") / "lab3.yaml"
+    bp.write_text(text.replace("deployment_name: lab", "deployment_name: lab3"))
+    lab = _with_train(deploy(tmp_path_factory, state, "lab3", str(bp)))
+    yield lab
+    lab.ctk("destroy", lab.path)
+
+
+def host_env(lab, tmp_path):
+    """ctk's registry for login hosts goes under XDG_STATE_HOME: one per test."""
+    return {**lab.env, "XDG_STATE_HOME": str(tmp_path / "xdg")}
+
+
+# ---- sbatch --test-only for every template and accelerator variant -------------------------
+
+VARIANTS = {
+    "cpu": ["jax-train", "--nodes", "2", "--set", "partition=debug"],
+    "cpu-preemptible": ["jax-train", "--nodes", "2", "--set", "preemptible=true",
+                        "--set", "checkpoint_hook=[touch, /home/ckpt-now]"],
+    "gpu-tcp": ["jax-train", "--nodes", "2", "--nodeset", "gpunodeset", "--set", "network=tcp"],
+    "gpu-tcpx": ["jax-train", "--nodes", "2", "--nodeset", "gpunodeset", "--set", "network=gpudirect-tcpx"],
+    "gpu-tcpxo": ["jax-train", "--nodes", "2", "--nodeset", "gpunodeset"],  # a3-mega's own network
+    "gpu-rdma": ["jax-train", "--nodes", "2", "--nodeset", "gpunodeset", "--set", "network=rdma",
+                 "--set", "preemptible=true"],
+    "tpu": ["jax-train", "--nodes", "2", "--set", "accelerator=tpu", "--set", "tpu_type=v5p-8",
+            "--set", "partition=debug"],
+    "tpu-multislice": ["jax-train", "--nodes", "2", "--set", "accelerator=tpu", "--set", "tpu_type=v5p-8",
+                       "--set", "num_slices=2", "--set", "partition=debug"],
+    "smoke": ["jax-smoke", "--nodes", "2", "--set", "partition=debug"],
+    "smoke-gpu": ["jax-smoke", "--nodes", "1", "--nodeset", "gpunodeset"],
+    "array": ["array", "--set", "sweep=[--lr=0.1, --lr=0.2, --lr=0.3]", "--set", "max_parallel=2",
+              "--set", "partition=debug"],
+    "container": ["container", "--set", "image=nvcr.io#nvidia/jax:24.04-py3", "--set", "gpus_per_node=8",
+                  "--set", "partition=gpu", "--set", "mounts=[/home:/home]", "--set", "preemptible=true"],
+}
+
+
+def test_every_template_variant_passes_sbatch_test_only_on_the_lab(lab):
+    for name, args in VARIANTS.items():
+        r = lab.ctk("job", "render", *args, "--deployment", lab.path, "--check", "--", "python3", "train.py")
+        assert r.returncode == 0, (name, r.stderr)
+        assert r.stdout.startswith("#!/bin/bash\n"), name
+        assert re.search(r"sbatch --test-only: accepted: Job \d+ to start at .* on nodes ", r.stderr), (name, r.stderr)
+    # the gpu variant really asked for 8 GPUs a node: 9 are refused by slurmctld
+    r = lab.ctk("job", "render", *VARIANTS["gpu-tcp"], "--set", "gpus_per_node=9", "--deployment", lab.path,
+                "--check", "--", "python3", "train.py")
+    assert r.returncode == 1 and "REFUSED" in r.stderr and "not available" in r.stderr, r.stderr
+
+
+# ---- train.py, requeued mid-run ----------------------------------------------------------
+
+def train_cmd(ckpt, steps, sleep):
+    return ["--", PY, "/home/train.py", "--steps", str(steps), "--checkpoint-every", "5",
+            "--checkpoint-dir", f"/home/{ckpt}", "--sleep", str(sleep)]
+
+
+def final_line(text):
+    lines = [ln for ln in text.splitlines() if ln.startswith("train: final ")]
+    assert len(lines) == 1, text[-3000:]
+    return lines[0]
+
+
+def uninterrupted(lab, ckpt, steps):
+    r = lab.ctk("job", "submit", "jax-train", "--deployment", lab.path, "--nodes", "2", "--set", "partition=debug",
+                "--wait", *train_cmd(ckpt, steps, 0))
+    assert r.returncode == 0, r.stderr
+    return final_line(lab.ctk("job", "logs", r.stdout.strip(), "--deployment", lab.path).stdout)
+
+
+def submit_preemptible(lab, ckpt, steps, sleep):
+    from ctk.jobs import submit
+    return submit("jax-train", {"nodes": 2, "partition": "debug", "preemptible": True}, lab.path,
+                  command=train_cmd(ckpt, steps, sleep)[1:])
+
+
+def wait_for_step(job, step, timeout=120):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if re.search(rf"^step={step} ", job.logs(), re.M):
+            return
+        assert job.state not in ("COMPLETED", "FAILED", "CANCELLED"), job.logs(stderr=True)[-3000:]
+        time.sleep(0.2)
+    raise AssertionError(f"no step={step} in {timeout}s:\n{job.logs()[-2000:]}{job.logs(stderr=True)[-2000:]}")
+
+
+def wait_through_requeue(lab, job, timeout=240):
+    """Follow the job to its end. Slurm holds a requeued batch job for 120 s (BeginTime); the
+    test lets it start at once, as an admin would with scontrol update."""
+    deadline = time.monotonic() + timeout
+    seen = []
+    while time.monotonic() < deadline:
+        info = lab.slurm("scontrol", "show", "-o", "job", job.id).stdout
+        st = re.search(r"JobState=(\S+)", info).group(1)
+        reason = re.search(r"Reason=(\S+)", info).group(1)
+        if not seen or seen[-1] != st:
+            seen.append(st)
+        if st == "PENDING" and reason == "BeginTime":
+            lab.slurm("scontrol", "update", f"JobId={job.id}", "StartTime=now")
+        if st in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"):
+            return st, seen
+        time.sleep(0.5)
+    raise AssertionError(f"job {job.id} did not end in {timeout}s: {seen}")
+
+
+def check_resumed(job, steps, expected_final):
+    out = job.logs()
+    assert "train: restart 0" in out and "train: restart 1" in out, out[-3000:]
+    m = re.search(r"^train: resumed from step (\d+)$", out, re.M)
+    assert m and 0 < int(m.group(1)) < steps, out[-3000:]
+    assert re.search(rf"^train: preempted at step {m.group(1)}: checkpoint saved", out, re.M), out[-3000:]
+    # both runs' lines are in the log (--open-mode=append); the last run ends like the uninterrupted one
+    assert out.count("train: starting from step 0") == 1
+    assert final_line(out) == expected_final
+    return int(m.group(1))
+
+
+def test_train_requeued_with_scontrol_resumes_from_its_checkpoint(lab):
+    steps = 40
+    expected = uninterrupted(lab, "ckpt-plain", steps)
+    assert expected.startswith(f"train: final step={steps} loss=")
+    job = submit_preemptible(lab, "ckpt-requeue", steps, 0.3)
+    wait_for_step(job, 8)
+    lab.slurm("scontrol", "requeue", job.id)
+    st, seen = wait_through_requeue(lab, job)
+    assert st == "COMPLETED" and "PENDING" in seen, seen
+    check_resumed(job, steps, expected)
+    assert job.state == "COMPLETED" and job.exit_code() == 0
+
+
+def test_train_survives_a_killed_slurmd_on_a_3_node_lab(lab3):
+    lab, steps = lab3, 100
+    expected = uninterrupted(lab, "ckpt-plain", steps)
+    job = submit_preemptible(lab, "ckpt-nodefail", steps, 0.5)
+    wait_for_step(job, 5)
+    first = lab.slurm("squeue", "-h", "-j", job.id, "-o", "%N").stdout.strip()
+    lost = lab.slurm("scontrol", "show", "hostnames", first).stdout.split()[1]  # not the batch host
+    r = lab.ctk("exec", lab.path, lost, "--", "pkill", "-9", "-x", "slurmd")
+    assert r.returncode == 0, r.stderr
+    st, seen = wait_through_requeue(lab, job)
+    assert st == "COMPLETED" and "PENDING" in seen, seen
+    check_resumed(job, steps, expected)
+    assert lab.slurm("sinfo", "-h", "-n", lost, "-o", "%T").stdout.strip().startswith("down")
+    second = lab.slurm("scontrol", "show", "-o", "job", job.id).stdout
+    nodes = lab.slurm("scontrol", "show", "hostnames", re.search(r" NodeList=(\S+)", second).group(1)).stdout.split()
+    assert lost not in nodes and len(nodes) == 2
+
+
+# ---- the login node over SSH -------------------------------------------------------------
+
+def test_submit_follow_logs_and_cancel_through_the_login_node_over_ssh(lab, tmp_path):
+    env = host_env(lab, tmp_path)
+    st = json.loads(lab.ctk("status", lab.path, "--json").stdout)
+    login = next(x for x in st["nodes"] if x["role"] == "login")
+    host = ["--host", login["name"], "--ssh-config", login["ssh"]["ssh_config"]]
+    r = ctk("job", "submit", "jax-smoke", "--nodes", "2", "--set", "partition=debug", *host, "--wait",
+            "--", PY, env=env, timeout=300)
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    jid = r.stdout.strip()
+    assert jid.isdigit() and "COMPLETED (exit code 0)" in r.stderr
+    logs = ctk("job", "logs", jid, *host, env=env).stdout
+    fields = [dict(kv.split("=") for kv in ln.split()[1:]) for ln in logs.splitlines() if ln.startswith("ctk-smoke ")]
+    assert sorted(f["process"] for f in fields) == ["0", "1"] and {f["reduced"] for f in fields} == {"2"}
+    # the script and the log are on the login node's home (root's, shared by every lab node)
+    root = os.path.join(lab.path, "lab", "root", ".ctk-jobs")
+    assert any(n.startswith("jax-smoke-") for n in os.listdir(root))
+    assert os.path.exists(os.path.join(root, f"jax-smoke-{jid}.out"))
+
+    r = ctk("job", "submit", "jax-train", "--set", "partition=debug", *host, "--", "bash", "-c",
+            "echo started; sleep 300", env=env)
+    assert r.returncode == 0, r.stderr
+    sleeper = r.stdout.strip()
+    deadline = time.monotonic() + 60
+    while "started" not in ctk("job", "logs", sleeper, *host, env=env).stdout:
+        assert time.monotonic() < deadline, "the job never started"
+        time.sleep(0.5)
+    r = ctk("job", "cancel", sleeper, *host, env=env)
+    assert r.returncode == 0, r.stderr
+    r = ctk("job", "logs", sleeper, *host, "--follow", env=env, timeout=120)  # returns once the job ends
+    assert r.returncode == 0 and "started" in r.stdout
+    rows = json.loads(ctk("job", "status", jid, sleeper, *host, "--json", env=env).stdout)
+    assert {x["id"]: x["state"] for x in rows} == {jid: "COMPLETED", sleeper: "CANCELLED"}
+    listed = json.loads(ctk("job", "list", *host, "--json", env=env).stdout)
+    assert [x["id"] for x in listed] == [jid, sleeper]
+    assert all(x["cluster"] == f"ssh://root@{login['addr']}:{login['ssh']['port']}" for x in listed)
+
+
+def test_a_wrong_host_key_is_refused(lab, tmp_path):
+    st = json.loads(lab.ctk("status", lab.path, "--json").stdout)
+    login = next(x for x in st["nodes"] if x["role"] == "login")
+    cfg = tmp_path / "ssh_config"
+    bad = tmp_path / "known_hosts"
+    other = os.path.join(lab.path, "lab", "secrets", "ssh", "id_ed25519.pub")  # a key, but not the host's
+    bad.write_text(f"[{login['addr']}]:{login['ssh']['port']} " + " ".join(open(other).read().split()[:2]) + "\n")
+    cfg.write_text(open(login["ssh"]["ssh_config"]).read().replace(os.path.join(lab.path, "lab", "known_hosts"), str(bad)))
+    r = ctk("job", "list", "--host", login["name"], "--ssh-config", str(cfg), env=host_env(lab, tmp_path))
+    assert r.returncode == 0  # list reads only the local registry
+    r = ctk("job", "submit", "jax-train", "--host", login["name"], "--ssh-config", str(cfg), "--", "true",
+            env=host_env(lab, tmp_path))
+    assert r.returncode == 1 and "host key" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+# ---- arrays and forgotten jobs -------------------------------------------------------------
+
+def test_array_job_logs_per_task(lab):
+    r = lab.ctk("job", "submit", "array", "--deployment", lab.path, "--set", "partition=debug",
+                "--set", "sweep=[--lr=0.1, --lr=0.2 --bs=8, --name='a b']", "--wait", "--", "printf", "%s|")
+    assert r.returncode == 0, r.stderr
+    jid = r.stdout.strip()
+    out = lab.ctk("job", "logs", jid, "--deployment", lab.path).stdout
+    assert out == (f"==> {jid}_0 <==\n--lr=0.1|==> {jid}_1 <==\n--lr=0.2|--bs=8|"
+                   f"==> {jid}_2 <==\n--name=a b|")
+    assert lab.ctk("job", "logs", f"{jid}_1", "--deployment", lab.path).stdout == "--lr=0.2|--bs=8|"
+
+
+def test_final_states_come_from_the_job_completion_log_once_slurm_forgets(lab):
+    from ctk.jobs import submit
+    from ctk.jobs.clusters import LocalCluster
+    ok = submit("jax-train", {"partition": "debug"}, lab.path, command=["true"])
+    bad = submit("jax-train", {"partition": "debug"}, lab.path, command=["bash", "-c", "exit 5"])
+    assert ok.wait(timeout=60) == "COMPLETED" and bad.wait(timeout=60) == "FAILED"
+    # what `ctk job status` falls back to after MinJobAge, read from slurmctld's own log
+    assert LocalCluster(lab.path).forgotten([ok.id, bad.id, "999999"]) == {ok.id: ("COMPLETED", 0),
+                                                                           bad.id: ("FAILED", 5)}
