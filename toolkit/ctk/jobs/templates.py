@@ -145,8 +145,38 @@ def _parse_block(text: str, where: str, depth: int = 0) -> tuple[list[Param], st
     return out, desc.group(1).strip() if desc else ""
 
 
+def _signature(d: str) -> tuple:
+    """What the templates folder holds now (names, sizes, mtimes): caches are valid while it
+    stays the same. A stat per file is far cheaper than parsing YAML or compiling Jinja."""
+    try:
+        names = sorted(os.listdir(d))
+    except FileNotFoundError:
+        return ()
+    out = []
+    for n in names:
+        try:
+            st = os.stat(os.path.join(d, n))
+        except FileNotFoundError:
+            continue
+        out.append((n, st.st_size, st.st_mtime_ns))
+    return tuple(out)
+
+
+_TEMPLATES: dict[tuple, Template] = {}
+
+
 def load_template(name: str) -> Template:
-    """The template NAME with its parameters (its own, then the common ones), validated."""
+    """The template NAME with its parameters (its own, then the common ones), validated;
+    cached while the templates folder is unchanged."""
+    key = (template_dir(), name, _signature(template_dir()))
+    if key not in _TEMPLATES:
+        if len(_TEMPLATES) > 64:
+            _TEMPLATES.clear()
+        _TEMPLATES[key] = _load_template(name)
+    return _TEMPLATES[key]
+
+
+def _load_template(name: str) -> Template:
     names = list_templates()
     if name not in names:
         hint = did_you_mean(name, names) or f"templates: {', '.join(names) or '(none)'}"
@@ -280,7 +310,19 @@ def _fail(message: str):
     raise UserError(message)
 
 
+_ENVS: dict[str, jinja2.Environment] = {}
+
+
 def _environment() -> jinja2.Environment:
+    """One Jinja environment per templates folder: it keeps compiled templates and recompiles
+    a file when its mtime changes (auto_reload)."""
+    d = template_dir()
+    if d not in _ENVS:
+        _ENVS[d] = _new_environment()
+    return _ENVS[d]
+
+
+def _new_environment() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(template_dir()), undefined=jinja2.StrictUndefined,
                              keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True,
                              autoescape=False)
@@ -372,13 +414,24 @@ def render(name: str, params: dict[str, Any], command: list[str] | None = None,
         raise UserError(f"template {name!r}: {e}\n  hint: the template uses a value it does not declare") from None
 
 
+_DEPLOYMENTS: dict[tuple, Deployment] = {}
+
+
 def load_deployment(folder: str) -> Deployment:
+    """The deployment.json of FOLDER (cached while the file is unchanged)."""
+    import copy
     import json
 
     path = os.path.join(folder, "deployment.json")
     try:
-        with open(path, encoding="utf-8") as f:
-            return Deployment.from_dict(json.load(f))
+        st = os.stat(path)
+        key = (os.path.abspath(path), st.st_size, st.st_mtime_ns)
+        if key not in _DEPLOYMENTS:
+            with open(path, encoding="utf-8") as f:
+                dep = Deployment.from_dict(json.load(f))
+            _DEPLOYMENTS.clear()
+            _DEPLOYMENTS[key] = dep
+        return copy.deepcopy(_DEPLOYMENTS[key])
     except FileNotFoundError:
         raise UserError(f"--deployment {folder}: no deployment.json there\n"
                         "  hint: create it with 'ctk create BLUEPRINT -o DIR'") from None
