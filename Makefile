@@ -31,15 +31,24 @@ pydeps: $(STAMP)
 deps: sysdeps pydeps
 
 # The main job on the local target: build and verify the lab image (cached after the first
-# run), boot the lab cluster, run a 2-node job on it, and leave the cluster up.
+# run), boot the lab cluster, run a 2-node job on it, train a small JAX model data-parallel on
+# 2 nodes (submitted through the login node over SSH), and leave the cluster up.
+LAB_SSH := -F lab/lab/ssh_config
 demo: deps
 	$(VENV)/bin/ctk show blueprints/lab.yaml
 	$(VENV)/bin/ctk image build blueprints/lab.yaml
 	$(VENV)/bin/ctk deploy blueprints/lab.yaml -o lab
 	@echo "==> a 2-node job: srun -N2 --chdir=/tmp hostname"
 	@eval "$$($(VENV)/bin/ctk env lab)" && srun -N2 --chdir=/tmp hostname
+	@echo "==> JAX training on 2 nodes, through the login node: sbatch/examples/train.py with the jax-train template"
+	scp -q $(LAB_SSH) sbatch/examples/train.py lab-login-0:train.py
+	ssh $(LAB_SSH) lab-login-0 rm -rf ckpt-demo
+	@set -e; host="--host lab-login-0 --ssh-config lab/lab/ssh_config"; \
+	id=$$($(VENV)/bin/ctk job submit jax-train --nodes 2 --set partition=debug --set preemptible=true $$host \
+	  --wait -- /opt/ctk/jax/bin/python /root/train.py --steps 50 --checkpoint-dir /root/ckpt-demo); \
+	$(VENV)/bin/ctk job logs $$id $$host | grep -E '^(train:|step=(1|10|20|30|40|50) )'
 	@echo
-	@echo "The lab cluster is up. Use it: eval \"\$$(.venv/bin/ctk env lab)\"; sinfo  --  stop it: .venv/bin/ctk destroy lab"
+	@echo "The lab cluster is up. Use it: eval \"\$$(.venv/bin/ctk env lab)\"; sinfo  --  ctk status lab  --  stop it: .venv/bin/ctk destroy lab"
 
 test: deps
 	$(PY) -m pytest -q -p no:cacheprovider tests
