@@ -247,13 +247,29 @@ def test_submit_command_words_after_double_dash_reach_the_api(dep, monkeypatch, 
                     "command": ["python3", "-c", "print('--set')"], "nodeset": None}
 
 
-def test_wait_backs_off_from_0_2_to_5_seconds(monkeypatch):
+def test_wait_backs_off_from_0_2_to_5_seconds(monkeypatch, tmp_path):
     from ctk.jobs import api
     sleeps = []
     states = iter(["PENDING"] * 8 + ["COMPLETED"])
     monkeypatch.setattr(api.scheduler, "states", lambda c, ids, known=None: {ids[0]: next(states)})
     monkeypatch.setattr(api.scheduler, "exit_code", lambda c, j: 0)
     monkeypatch.setattr(api.time, "sleep", sleeps.append)
-    job = api.Job("1", Rec("/nowhere", None), {"id": "1"})
+    job = api.Job("1", Rec(tmp_path, None), {"id": "1"})
     assert job.wait() == "COMPLETED"
     assert sleeps == [0.2, 0.4, 0.8, 1.6, 3.2, 5.0, 5.0, 5.0]
+
+
+@pytest.mark.parametrize("requeue,expected", [(True, "COMPLETED"), (False, "NODE_FAIL")])
+def test_a_requeueable_job_is_followed_through_a_node_failure(monkeypatch, tmp_path, requeue, expected):
+    from ctk.jobs import api
+    states = iter(["RUNNING", "NODE_FAIL", "PENDING", "RUNNING", "COMPLETED"])
+    monkeypatch.setattr(api.scheduler, "states", lambda c, ids, known=None: {ids[0]: next(states)})
+    monkeypatch.setattr(api.scheduler, "exit_code", lambda c, j: 0)
+    monkeypatch.setattr(api.time, "sleep", lambda s: None)
+    rec = {"id": "1", "requeue": True} if requeue else {"id": "1"}
+    assert api.Job("1", Rec(tmp_path, None), rec).wait() == expected
+
+
+def test_requeue_is_read_from_the_script():
+    assert scheduler.requeues("#!/bin/bash\n#SBATCH --requeue\n#SBATCH --open-mode=append\n")
+    assert not scheduler.requeues("#!/bin/bash\n#SBATCH --no-requeue\n# --requeue\n")

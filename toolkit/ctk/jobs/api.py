@@ -50,9 +50,15 @@ class Job:
         """Slurm's state now (one squeue call; the registry or accounting once Slurm forgets)."""
         known = {self.id: self.record["final_state"]} if self.record.get("final_state") else None
         st = scheduler.states(self.cluster, [self.id], known)[self.id]
-        if st in scheduler.FINAL_STATES and st != scheduler.UNKNOWN and not known:
+        if self._final(st) and st != scheduler.UNKNOWN and not known:
             self.remember(st)
         return st
+
+    def _final(self, state: str) -> bool:
+        """Nothing more will happen (a requeueable job's NODE_FAIL/PREEMPTED is not its end)."""
+        if state in scheduler.REQUEUED_AFTER and self.record.get("requeue"):
+            return False
+        return state in scheduler.FINAL_STATES
 
     def remember(self, state: str) -> None:
         """Note a final state in the registry, for when Slurm no longer lists the job."""
@@ -62,7 +68,7 @@ class Job:
 
     @property
     def done(self) -> bool:
-        return self.state in scheduler.FINAL_STATES
+        return self._final(self.state)
 
     def wait(self, timeout: float | None = None, poll: float = POLL_START, poll_max: float = POLL_MAX) -> str:
         """Block until the job ends; its final state. Polls from POLL seconds, doubling to POLL_MAX.
@@ -71,7 +77,7 @@ class Job:
         delay = poll
         while True:
             st = self.state
-            if st in scheduler.FINAL_STATES:
+            if self._final(st):
                 return st
             if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError(f"job {self.id} still {st} after {timeout}s")
@@ -138,5 +144,7 @@ def submit(template: str, params: dict[str, Any], cluster: "Cluster | str", comm
               "stdout": out, "stderr": err, "submitted": time.time(), "cluster": c.key}
     if tasks:
         record["array_tasks"] = tasks
+    if scheduler.requeues(script):
+        record["requeue"] = True
     registry.append(c.registry_dir, record)
     return Job(job_id, c, record)

@@ -112,7 +112,8 @@ def status_rows(ids: list[str], args) -> list[dict]:
     st = scheduler.states(cluster, [str(r["id"]) for r in recs], known)
     for r in recs:  # remember final states, for when Slurm no longer lists the jobs
         s = st[str(r["id"])]
-        if s in scheduler.FINAL_STATES and s != scheduler.UNKNOWN and not r.get("final_state"):
+        if (s in scheduler.FINAL_STATES and s != scheduler.UNKNOWN and not r.get("final_state")
+                and not (s in scheduler.REQUEUED_AFTER and r.get("requeue"))):
             registry.append(d, {"id": str(r["id"]), "final_state": s})
     return [{"id": str(r["id"]), "state": st[str(r["id"])], "template": r.get("template"),
              "submitted": r.get("submitted"), "script": r.get("script"), "stdout": r.get("stdout")}
@@ -172,7 +173,7 @@ def follow(job, out, poll: float = 0.2, poll_max: float = 2.0, print_logs: bool 
                 out.write(new)
                 out.flush()
                 delay = poll
-        if st in scheduler.FINAL_STATES:
+        if job._final(st):
             break
         time.sleep(delay)
         delay = min(delay * 2, poll_max)

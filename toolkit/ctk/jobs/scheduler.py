@@ -22,6 +22,14 @@ FINAL_STATES = frozenset({
     "BOOT_FAIL", "DEADLINE", "SPECIAL_EXIT", "REVOKED", "UNKNOWN",
 })
 UNKNOWN = "UNKNOWN"
+# Ends after which a job submitted with --requeue goes back to PENDING: not final for it.
+REQUEUED_AFTER = frozenset({"NODE_FAIL", "PREEMPTED"})
+_REQUEUE = re.compile(r"^#SBATCH\s+--requeue\b", re.M)
+
+
+def requeues(script_text: str) -> bool:
+    """Whether the script asks Slurm to requeue it after a node failure or preemption."""
+    return bool(_REQUEUE.search(script_text))
 
 
 def submit_argv(script_path: str, jobs_dir: str, extra_args: Iterable[str] = ()) -> list[str]:
