@@ -108,9 +108,9 @@ def uninterrupted(lab, ckpt, steps):
     return final_line(lab.ctk("job", "logs", r.stdout.strip(), "--deployment", lab.path).stdout)
 
 
-def submit_preemptible(lab, ckpt, steps, sleep):
+def submit_preemptible(lab, ckpt, steps, sleep, **params):
     from ctk.jobs import submit
-    return submit("jax-train", {"nodes": 2, "partition": "debug", "preemptible": True}, lab.path,
+    return submit("jax-train", {"nodes": 2, "partition": "debug", "preemptible": True, **params}, lab.path,
                   command=train_cmd(ckpt, steps, sleep)[1:])
 
 
@@ -155,10 +155,16 @@ def check_resumed(job, steps, expected_final):
     return int(m.group(1))
 
 
-def test_train_requeued_with_scontrol_resumes_from_its_checkpoint(lab):
-    steps = 40
-    expected = uninterrupted(lab, "ckpt-plain", steps)
-    assert expected.startswith(f"train: final step={steps} loss=")
+@pytest.fixture(scope="module")
+def plain40(lab):
+    """The final line of train.py's 40 steps on 2 nodes, never interrupted."""
+    line = uninterrupted(lab, "ckpt-plain", 40)
+    assert line.startswith("train: final step=40 loss=")
+    return line
+
+
+def test_train_requeued_with_scontrol_resumes_from_its_checkpoint(lab, plain40):
+    steps, expected = 40, plain40
     job = submit_preemptible(lab, "ckpt-requeue", steps, 0.3)
     wait_for_step(job, 8)
     lab.slurm("scontrol", "requeue", job.id)
@@ -166,6 +172,21 @@ def test_train_requeued_with_scontrol_resumes_from_its_checkpoint(lab):
     assert st == "COMPLETED" and "PENDING" in seen, seen
     check_resumed(job, steps, expected)
     assert job.state == "COMPLETED" and job.exit_code() == 0
+
+
+def test_usr2_runs_the_checkpoint_hook_then_requeues_the_job(lab, plain40):
+    """What Slurm does 90 s before the time limit (--signal=B:USR2@90), sent now: the batch
+    script's trap runs the hook and requeues; train.py checkpoints on the SIGTERM that follows."""
+    marker = os.path.join(lab.path, "lab", "home", "hook-ran")
+    job = submit_preemptible(lab, "ckpt-usr2", 40, 0.3, checkpoint_hook=["touch", "/home/hook-ran"])
+    wait_for_step(job, 8)
+    assert not os.path.exists(marker)
+    lab.slurm("scancel", "--batch", "--signal=USR2", job.id)
+    st, seen = wait_through_requeue(lab, job)
+    assert st == "COMPLETED" and "PENDING" in seen, seen
+    check_resumed(job, 40, plain40)
+    assert os.path.exists(marker)
+    assert "ctk: USR2 (restart 0): checkpoint, then requeue" in job.logs(stderr=True)
 
 
 def test_train_survives_a_killed_slurmd_on_a_3_node_lab(lab3):
