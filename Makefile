@@ -7,7 +7,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # Debian packages the tests and the local target use.
-SYS_PKGS := slurm-wlm munge packer shellcheck debootstrap openssh-client zstd e2fsprogs buildah util-linux
+SYS_PKGS := slurm-wlm slurmdbd mariadb-server munge packer shellcheck debootstrap openssh-client zstd e2fsprogs buildah util-linux
 
 .PHONY: all deps sysdeps pydeps demo test test-unit test-integration lint clean
 

@@ -203,8 +203,10 @@ def test_registry_appends_concurrently_without_tearing_lines(dep):
 
 def test_unknown_job_and_missing_deployment_exit_2(dep, monkeypatch, capsys):
     assert main(["job", "list", "--deployment", os.path.join(dep, "nope")]) == 2
+    monkeypatch.setenv("PATH", dep)  # no sbatch here: no cluster of this machine either
     assert main(["job", "list"]) == 2
-    assert "a cluster is needed: --deployment DIR" in capsys.readouterr().err
+    assert "this machine has no Slurm commands" in capsys.readouterr().err
+    monkeypatch.undo()
     assert main(["job", "submit", "jax-smoke", "--deployment", dep]) == 2
     assert "no deployment.json" in capsys.readouterr().err
     assert main(["job", "list", "--identity", "/k"]) == 2
@@ -273,3 +275,24 @@ def test_a_requeueable_job_is_followed_through_a_node_failure(monkeypatch, tmp_p
 def test_requeue_is_read_from_the_script():
     assert scheduler.requeues("#!/bin/bash\n#SBATCH --requeue\n#SBATCH --open-mode=append\n")
     assert not scheduler.requeues("#!/bin/bash\n#SBATCH --no-requeue\n# --requeue\n")
+
+
+def test_without_flags_jobs_go_to_this_machines_own_slurm(tmp_path, monkeypatch, capsys):
+    from ctk.jobs.clusters import HereCluster, open_cluster
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.setenv("SLURM_CONF", "/etc/site/slurm.conf")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sbatch").write_text("#!/bin/sh\necho 31\n")
+    (bin_dir / "sbatch").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    c = open_cluster()
+    assert isinstance(c, HereCluster) and c.key == "here:/etc/site/slurm.conf"
+    assert c.jobs_dir == str(tmp_path / "home" / ".ctk-jobs")
+    assert c.registry_dir.startswith(str(tmp_path / "state" / "ctk" / "here"))
+    assert main(["job", "submit", "jax-train", "--", "true"]) == 0
+    assert capsys.readouterr().out == "31\n"
+    rec = registry.load(c.registry_dir)[0]
+    assert rec["cluster"] == "here:/etc/site/slurm.conf" and rec["stdout"] == str(tmp_path / "home" / ".ctk-jobs" / "jax-train-31.out")
+    assert open(rec["script"]).read().startswith("#!/bin/bash\n")

@@ -77,13 +77,14 @@ def build_parser() -> argparse.ArgumentParser:
                          description="Batch scripts from the templates in sbatch/: resources, srun launch, "
                          "JAX/XLA/NCCL/TPU settings, preemption-safe mode. With --deployment the "
                          "accelerator, GPUs per node, network and TPU facts come from the cluster. "
-                         "submit/status/logs/cancel/list work on a local deployment (--deployment DIR) "
-                         "or on any Slurm cluster through its login node over SSH (--host USER@HOST). "
+                         "submit/status/logs/cancel/list work on a local deployment (--deployment DIR), "
+                         "on any Slurm cluster through its login node over SSH (--host USER@HOST), or, "
+                         "run on a login node, on that node's own cluster. "
                          "Exit codes: 0 done, 1 the cluster failed or refused, 2 bad arguments.")
     jsub = job.add_subparsers(dest="job_cmd", metavar="SUBCOMMAND", parser_class=_Parser)
 
     def cluster_args(p, deployment_help="deployment folder of a local cluster"):
-        g = p.add_argument_group("cluster (one of)")
+        g = p.add_argument_group("cluster (one of; neither: this machine's own Slurm, as on a login node)")
         g.add_argument("--deployment", metavar="DIR", help=deployment_help)
         g.add_argument("--host", metavar="USER@HOST[:PORT]",
                        help="a login node reached over SSH (Fabric); also a Host of your SSH config")
@@ -112,7 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--check", action="store_true", help="run sbatch --test-only on the cluster")
 
     p = jsub.add_parser("submit", help="render a template and submit it; print the job id",
-                        usage="ctk job submit TEMPLATE (--deployment DIR | --host USER@HOST) [--set K=V]... "
+                        usage="ctk job submit TEMPLATE [--deployment DIR | --host USER@HOST] [--set K=V]... "
                         "[--nodes N] [--nodeset NAME] [--wait] [-- CMD [ARG...]]",
                         description="Render the template, store the script in the cluster's ~/.ctk-jobs "
                         "(/home/.ctk-jobs in a lab), sbatch it there and print the job id. The job is "

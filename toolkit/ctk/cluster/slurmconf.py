@@ -87,6 +87,11 @@ class NodeLayout:
     # an accounting database; None: JobCompType=jobcomp/none.
     job_comp_loc: str | None = None
     slurmd_timeout: int = 300  # seconds before slurmctld marks a silent node DOWN
+    # slurmdbd's address and port: AccountingStorageType=accounting_storage/slurmdbd (the
+    # munge socket above also authenticates to it); None: no accounting.
+    slurmdbd_addr: str | None = None
+    slurmdbd_port: int | None = None
+    min_job_age: int = 300  # seconds slurmctld keeps a finished job (squeue lists it)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -343,7 +348,7 @@ def _base_params(dep: Deployment, layout: NodeLayout | None, has_gpus: bool) -> 
         ("SchedulerType", "sched/backfill"),
         ("ReturnToService", "2"),
         ("JobAcctGatherType", "jobacct_gather/none"),
-        ("AccountingStorageType", "accounting_storage/none"),
+        *_accounting(layout),
         *([("JobCompType", "jobcomp/filetxt"), ("JobCompLoc", layout.job_comp_loc)]
           if layout is not None and layout.job_comp_loc else [("JobCompType", "jobcomp/none")]),
         *slurmd_params,
@@ -355,7 +360,7 @@ def _base_params(dep: Deployment, layout: NodeLayout | None, has_gpus: bool) -> 
         ("MessageTimeout", "30"),
         ("InactiveLimit", "0"),
         ("KillWait", "30"),
-        ("MinJobAge", "300"),
+        ("MinJobAge", str(layout.min_job_age if layout is not None else 300)),
         ("Waittime", "0"),
     ]
 
@@ -370,6 +375,18 @@ def _base_params(dep: Deployment, layout: NodeLayout | None, has_gpus: bool) -> 
         ("SlurmdDebug", "info"),
     ]
     return [identity, scheduling, timeouts, paths]
+
+
+def _accounting(layout: NodeLayout | None) -> Params:
+    if layout is None or not layout.slurmdbd_addr:
+        return [("AccountingStorageType", "accounting_storage/none")]
+    out: Params = [("AccountingStorageType", "accounting_storage/slurmdbd"),
+                   ("AccountingStorageHost", layout.slurmdbd_addr)]
+    if layout.slurmdbd_port:
+        out.append(("AccountingStoragePort", str(layout.slurmdbd_port)))
+    if layout.munge_socket:  # for slurmdbd, the "password" names munged's socket
+        out.append(("AccountingStoragePass", layout.munge_socket))
+    return out
 
 
 def _node_lines(live: list[Nodeset], layout: NodeLayout | None) -> list[str]:

@@ -21,12 +21,16 @@ from .clusters import Cluster, LocalCluster
 POLL_START, POLL_MAX = 0.2, 5.0
 
 
-def as_cluster(cluster: "Cluster | str | os.PathLike") -> Cluster:
+def as_cluster(cluster: "Cluster | str | os.PathLike | None") -> Cluster:
+    """A Cluster from a Cluster, a deployment folder, or None (this machine's own Slurm)."""
     if isinstance(cluster, Cluster):
         return cluster
+    if cluster is None:
+        from .clusters import HereCluster
+        return HereCluster().check()
     if isinstance(cluster, (str, os.PathLike)):
         return LocalCluster(os.fspath(cluster)).check()
-    raise UserError("cluster: a deployment folder path or a ctk.jobs.clusters.Cluster")
+    raise UserError("cluster: a deployment folder path, a ctk.jobs.clusters.Cluster, or None")
 
 
 class Job:
@@ -124,10 +128,10 @@ class Job:
         scheduler.cancel(self.cluster, self.id)
 
 
-def submit(template: str, params: dict[str, Any], cluster: "Cluster | str", command: Sequence[str] = (),
+def submit(template: str, params: dict[str, Any], cluster: "Cluster | str | None", command: Sequence[str] = (),
            nodeset: str | None = None, extra_args: Iterable[str] = (), deployment: str | None = None) -> Job:
-    """Render TEMPLATE with PARAMS and submit it to CLUSTER (a local deployment folder, or a
-    Cluster). The deployment's facts (accelerator, GPUs, network) come from CLUSTER when it is
+    """Render TEMPLATE with PARAMS and submit it to CLUSTER (a local deployment folder, a
+    Cluster, or None for the cluster this machine's Slurm commands reach). The deployment's facts (accelerator, GPUs, network) come from CLUSTER when it is
     a local deployment, or from DEPLOYMENT (a deployment folder) when given."""
     c = as_cluster(cluster)
     dep_dir = deployment or c.deployment_dir()

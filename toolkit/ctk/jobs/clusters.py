@@ -11,9 +11,12 @@ written once:
   lab's job completion log), as {id: (state, exit code)};
 - `registry_dir`: where the local registry of the cluster's jobs lives (jobs.jsonl).
 
-A `LocalCluster` is a deployment folder on this machine: Slurm's commands reach it through
-SLURM_CONF, and its shared /home is a folder here. An `SshCluster` is `user@host[:port]`:
-Fabric runs the commands there and SFTP moves the files, as if typed on the login node.
+A `HereCluster` is the Slurm cluster this machine submits to (a login node: its own
+sbatch, squeue, ... and SLURM_CONF if set), with scripts in ~/.ctk-jobs on the shared home.
+A `LocalCluster` is a lab deployment folder on this machine: Slurm's commands reach it
+through its SLURM_CONF, and its shared /home is a folder here. An `SshCluster` is
+`user@host[:port]`: Fabric runs the commands there and SFTP moves the files, as if typed
+on the login node.
 """
 
 from __future__ import annotations
@@ -105,43 +108,37 @@ class Cluster:
         return out
 
 
-class LocalCluster(Cluster):
-    """A deployment folder deployed on this machine's local target."""
+def _state_home() -> str:
+    return os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
 
-    def __init__(self, deployment_dir: str):
-        self.dir = os.path.abspath(deployment_dir)
-        self.key = self.dir
-        self.registry_dir = self.dir
-        self.jobs_dir = NODE_JOBS_DIR
-        self._env: dict[str, str] | None = None
+
+class HereCluster(Cluster):
+    """The cluster this machine is a submit host of: Slurm's commands as they are here."""
+
+    def __init__(self, jobs_dir: str | None = None):
+        conf = os.environ.get("SLURM_CONF") or "/etc/slurm/slurm.conf"
+        self.conf = os.path.abspath(conf)
+        self.key = f"here:{self.conf}"
+        self.registry_dir = os.path.join(_state_home(), "ctk", "here", re.sub(r"[^A-Za-z0-9_.-]", "_", self.conf.strip("/")))
+        self.jobs_dir = os.path.abspath(jobs_dir or os.path.join(os.path.expanduser("~"), JOBS_SUBDIR))
 
     def __repr__(self) -> str:
-        return f"LocalCluster({self.dir!r})"
+        return f"HereCluster({self.conf!r})"
 
-    def deployment_dir(self) -> str:
-        return self.dir
+    def check(self) -> "HereCluster":
+        import shutil
 
-    def check(self) -> "LocalCluster":
-        from ..cluster import local, ssh
-
-        if not os.path.isfile(os.path.join(self.dir, "deployment.json")):
-            raise UserError(f"--deployment {self.dir}: no deployment.json there\n"
-                            "  hint: create and deploy it with 'ctk deploy BLUEPRINT -o DIR'")
-        if ssh.is_ssh_deployment(self.dir):
-            raise UserError(f"--deployment {self.dir}: an ssh-target deployment; its jobs go through its "
-                            "login node\n  hint: ctk job submit ... --host USER@LOGIN_HOST")
-        if local.load_state(self.dir) is None:
-            raise UserError(f"--deployment {self.dir}: not deployed on the local target\n"
-                            f"  hint: ctk deploy BLUEPRINT -o {self.dir}")
+        if not shutil.which("sbatch"):
+            raise UserError("this machine has no Slurm commands (sbatch is not on PATH), and no cluster was named\n"
+                            "  hint: --deployment DIR (a local deployment) or --host USER@HOST (a login node)")
         return self
 
-    def run(self, argv: Sequence[str], timeout: float = 30, stdin: str | None = None) -> Result:
-        from ..cluster import local
+    def _env(self) -> dict[str, str]:
+        return dict(os.environ)
 
-        if self._env is None:
-            self._env = {**os.environ, **local.slurm_env(self.dir)}
+    def run(self, argv: Sequence[str], timeout: float = 30, stdin: str | None = None) -> Result:
         try:
-            r = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, env=self._env,
+            r = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, env=self._env(),
                                input=stdin, stdin=None if stdin is not None else subprocess.DEVNULL)
         except FileNotFoundError:
             raise UserError(f"{argv[0]}: not installed on this machine") from None
@@ -149,16 +146,12 @@ class LocalCluster(Cluster):
             raise SlurmError(f"{argv[0]}: no answer from the cluster within {timeout:.0f}s") from None
         return Result(r.returncode, r.stdout, r.stderr)
 
-    def host_path(self, node_path: str) -> str | None:
-        """Where NODE_PATH (absolute, or relative to the jobs folder) lies on this machine;
-        None outside the shared /home."""
-        p = os.path.normpath(node_path if node_path.startswith("/") else os.path.join(NODE_JOBS_DIR, node_path))
-        if p != NODE_HOME and not p.startswith(NODE_HOME + "/"):
-            return None
-        return os.path.join(self.dir, "lab", "home", os.path.relpath(p, NODE_HOME))
+    def host_path(self, path: str) -> str | None:
+        """Where the cluster's PATH lies on this machine (here: the same place)."""
+        return path if path.startswith("/") else os.path.join(self.jobs_dir, path)
 
     def put_script(self, text: str, name: str) -> str:
-        d = self.host_path(NODE_JOBS_DIR)
+        d = self.host_path(self.jobs_dir)
         assert d is not None
         os.makedirs(d, exist_ok=True)
         base = _script_name(name)
@@ -184,6 +177,52 @@ class LocalCluster(Cluster):
         except FileNotFoundError:
             return b""
 
+
+class LocalCluster(HereCluster):
+    """A deployment folder deployed on this machine's local target (a lab)."""
+
+    def __init__(self, deployment_dir: str):
+        self.dir = os.path.abspath(deployment_dir)
+        self.key = self.dir
+        self.registry_dir = self.dir
+        self.jobs_dir = NODE_JOBS_DIR
+        self._env_cache: dict[str, str] | None = None
+
+    def __repr__(self) -> str:
+        return f"LocalCluster({self.dir!r})"
+
+    def deployment_dir(self) -> str:
+        return self.dir
+
+    def check(self) -> "LocalCluster":
+        from ..cluster import local, ssh
+
+        if not os.path.isfile(os.path.join(self.dir, "deployment.json")):
+            raise UserError(f"--deployment {self.dir}: no deployment.json there\n"
+                            "  hint: create and deploy it with 'ctk deploy BLUEPRINT -o DIR'")
+        if ssh.is_ssh_deployment(self.dir):
+            raise UserError(f"--deployment {self.dir}: an ssh-target deployment; its jobs go through its "
+                            "login node\n  hint: ctk job submit ... --host USER@LOGIN_HOST")
+        if local.load_state(self.dir) is None:
+            raise UserError(f"--deployment {self.dir}: not deployed on the local target\n"
+                            f"  hint: ctk deploy BLUEPRINT -o {self.dir}")
+        return self
+
+    def _env(self) -> dict[str, str]:
+        from ..cluster import local
+
+        if self._env_cache is None:
+            self._env_cache = {**os.environ, **local.slurm_env(self.dir)}
+        return self._env_cache
+
+    def host_path(self, node_path: str) -> str | None:
+        """Where NODE_PATH (absolute, or relative to the jobs folder) lies on this machine;
+        None outside the shared /home."""
+        p = os.path.normpath(node_path if node_path.startswith("/") else os.path.join(NODE_JOBS_DIR, node_path))
+        if p != NODE_HOME and not p.startswith(NODE_HOME + "/"):
+            return None
+        return os.path.join(self.dir, "lab", "home", os.path.relpath(p, NODE_HOME))
+
     def forgotten(self, ids: Sequence[str]) -> dict[str, tuple[str, int | None]]:
         """The lab has no accounting database; slurmctld writes one line per finished job to
         its job completion log (jobcomp/filetxt), kept in the deployment folder."""
@@ -200,10 +239,6 @@ class LocalCluster(Cluster):
         except FileNotFoundError:
             pass
         return out
-
-
-def _state_home() -> str:
-    return os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
 
 
 class SshCluster(Cluster):
@@ -314,23 +349,15 @@ def _as_list(v) -> list[str]:
 
 def open_cluster(deployment: str | None = None, host: str | None = None, identity: str | None = None,
                  ssh_config: str | None = None) -> Cluster:
-    """The cluster the command line names: --host (over SSH) or else --deployment (local)."""
+    """The cluster the command line names: --host (over SSH), --deployment (a lab on this
+    machine), or neither: the cluster this machine's own Slurm commands reach."""
     if host:
         return SshCluster(host, identity, ssh_config)
     if identity or ssh_config:
         raise UserError("--identity and --ssh-config go with --host USER@HOST")
-    if not deployment:
-        raise UserError("a cluster is needed: --deployment DIR (a local deployment) or --host USER@HOST "
-                        "(a login node)\n  hint: ctk job submit jax-smoke --deployment DIR")
+    if not deployment:  # on a login node: the cluster this machine submits to
+        return HereCluster().check()
     if not os.path.isdir(deployment):
         raise UserError(f"--deployment {deployment}: no such folder\n"
                         "  hint: deploy a cluster with 'ctk deploy BLUEPRINT -o DIR'")
     return LocalCluster(deployment).check()
-
-
-def from_key(key: str) -> Cluster:
-    """The cluster a registry record names (its `cluster` field)."""
-    m = re.fullmatch(r"ssh://(.+)", key)
-    if m:
-        return SshCluster(m.group(1))
-    return LocalCluster(key)
