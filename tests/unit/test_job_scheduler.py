@@ -238,7 +238,7 @@ def test_submit_command_words_after_double_dash_reach_the_api(dep, monkeypatch, 
     class J:
         id = "77"
 
-    def fake_submit(template, params, cluster, command=(), nodeset=None, deployment=None):
+    def fake_submit(template, params, cluster, command=(), nodeset=None, extra_args=(), deployment=None):
         seen.update(template=template, params=params, cluster=cluster, command=list(command), nodeset=nodeset)
         return J()
     monkeypatch.setattr("ctk.jobs.api.submit", fake_submit)
@@ -296,3 +296,15 @@ def test_without_flags_jobs_go_to_this_machines_own_slurm(tmp_path, monkeypatch,
     rec = registry.load(c.registry_dir)[0]
     assert rec["cluster"] == "here:/etc/site/slurm.conf" and rec["stdout"] == str(tmp_path / "home" / ".ctk-jobs" / "jax-train-31.out")
     assert open(rec["script"]).read().startswith("#!/bin/bash\n")
+
+
+def test_submit_passes_sbatch_options_and_prints_the_record_as_json(dep, monkeypatch, capsys):
+    c = use(monkeypatch, Rec(dep, lambda argv: ("88\n", 0, "")))
+    assert main(["job", "submit", "jax-train", "--deployment", dep, "--sbatch=--hold",
+                 "--sbatch=--dependency=afterok:12", "--json", "--", "true"]) == 0
+    rec = json.loads(capsys.readouterr().out)
+    assert rec["id"] == "88" and rec["template"] == "jax-train" and rec["command"] == ["true"]
+    sbatch = [x for x in c.calls if x[0] == "sbatch"][0]
+    assert sbatch[3:5] == ["--hold", "--dependency=afterok:12"]
+    assert main(["job", "submit", "jax-train", "--deployment", dep, "--sbatch", "hold", "--", "true"]) == 2
+    assert "an sbatch option" in capsys.readouterr().err

@@ -122,6 +122,11 @@ def build_parser() -> argparse.ArgumentParser:
     template_args(p)
     cluster_args(p)
     p.add_argument("--wait", action="store_true", help="follow the job to its end and exit with its exit code")
+    p.add_argument("--sbatch", action="append", default=[], metavar="OPT", dest="sbatch_args",
+                   help="an extra sbatch option, given as one word (repeatable), e.g. "
+                   "--sbatch=--dependency=afterok:12 or --sbatch=--hold")
+    p.add_argument("--json", action="store_true",
+                   help="print the job's record as JSON (with --wait: also its final state and exit code)")
     p = jsub.add_parser("status", help="Slurm state of jobs submitted through ctk (one squeue call)",
                         description="States from one squeue call; jobs Slurm no longer lists come from "
                         "the registry (final states seen before), the accounting database (sacct) or, "
@@ -402,12 +407,19 @@ def _job(args, ap) -> int:
         return 0 if ok else 1
     if args.job_cmd == "submit":
         job = jobcli.submit_cli(args)
-        print(job.id, flush=True)
-        if not args.wait:
-            return 0
-        state = jobcli.follow(job, sys.stdout, print_logs=False)
-        code = jobcli.final_exit_code(job, state)
-        print(f"job {job.id}: {state} (exit code {code})", file=sys.stderr)
+        if not args.json:
+            print(job.id, flush=True)
+        code = 0
+        if args.wait:
+            state = jobcli.follow(job, sys.stdout, print_logs=False)
+            code = jobcli.final_exit_code(job, state)
+            print(f"job {job.id}: {state} (exit code {code})", file=sys.stderr)
+        if args.json:
+            out = {k: v for k, v in job.record.items() if k != "params"}
+            out["params"] = job.record.get("params")
+            if args.wait:
+                out.update(state=state, exit_code=code)
+            print(json.dumps(out, indent=2, default=str))
         return code
     if args.job_cmd == "status":
         sys.stdout.write(jobcli.status_text(jobcli.status_rows(args.ids, args), args.json))

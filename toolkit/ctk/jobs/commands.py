@@ -73,10 +73,15 @@ def where(args) -> str:
 def submit_cli(args):
     from .api import submit
 
+    extra = list(getattr(args, "sbatch_args", []) or [])
+    for opt in extra:
+        if not opt.startswith("-") or opt in ("-", "--") or "\n" in opt:
+            raise UserError(f"--sbatch {opt!r}: an sbatch option such as --dependency=afterok:12, as one word\n"
+                            "  hint: --sbatch=--hold")
     cluster = cluster_of(args)
     deployment = args.deployment if args.host else None
     return submit(args.template, parse_sets(args.sets, args.nodes), cluster, args.command, args.nodeset,
-                  deployment=deployment)
+                  extra_args=extra, deployment=deployment)
 
 
 def load_job(job_id: str, args):
