@@ -411,7 +411,7 @@ def _job(args, ap) -> int:
             print(job.id, flush=True)
         code = 0
         if args.wait:
-            state = jobcli.follow(job, sys.stdout, print_logs=False)
+            state = jobcli.follow(job, sys.stdout, print_logs=False, progress=sys.stderr)
             code = jobcli.final_exit_code(job, state)
             print(f"job {job.id}: {state} (exit code {code})", file=sys.stderr)
         if args.json:

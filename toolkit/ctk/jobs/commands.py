@@ -154,8 +154,9 @@ def _table(rows: list[dict], cols: tuple[str, ...]) -> str:
 
 
 def follow(job, out, poll: float = 0.2, poll_max: float = 2.0, print_logs: bool = True,
-           task: str | None = None, stderr: bool = False) -> str:
-    """Write the job's stdout (or stderr) to OUT as it grows until the job ends; the final state."""
+           task: str | None = None, stderr: bool = False, progress=None) -> str:
+    """Write the job's stdout (or stderr) to OUT as it grows until the job ends; the final
+    state. PROGRESS, if given, gets a line each time the job's state changes."""
     import codecs
 
     from . import scheduler
@@ -164,8 +165,13 @@ def follow(job, out, poll: float = 0.2, poll_max: float = 2.0, print_logs: bool 
     pos = 0
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     delay = poll
+    last = None
     while True:
         st = job.state
+        if progress is not None and st != last and not job._final(st):
+            progress.write(f"job {job.id}: {st}\n")
+            progress.flush()
+            last = st
         if print_logs:
             if whole:
                 text = job.logs(stderr)
