@@ -137,11 +137,14 @@ def bare(state, tmp_path_factory):
     with store.lock():
         base = ensure_base(store, "debian-12", Progress(quiet=True))
     work = tmp_path_factory.mktemp("ssh-target")
+    home = work / "root-home"  # root's home, shared by the machines as a cluster's NFS home is
+    home.mkdir(mode=0o700)
     machines = {}
     try:
         for i, (name, _) in enumerate(HOSTS):
             machines[name] = buildnode.boot(store.lowerdirs([base]), str(work / "machines" / name),
-                                            hostname=name, addr=f"{SUBNET}.{i + 1}")
+                                            hostname=name, addr=f"{SUBNET}.{i + 1}",
+                                            binds=[{"src": str(home), "dest": "/root"}])
         yield work, machines
     finally:
         for m in machines.values():
@@ -206,6 +209,20 @@ def test_srun_runs_on_both_computes_from_this_machine(cluster):
 def test_exec_runs_a_command_on_a_host(cluster):
     r = cluster.ctk("exec", cluster.dir, "sshnode-1", "--", "hostname")
     assert r.returncode == 0 and r.stdout.strip() == "sshnode-1", r.stderr
+
+
+def test_jobs_go_through_the_controller_over_ssh(cluster):
+    """`ctk job --deployment` of an ssh-target deployment: Fabric to the controller (the
+    blueprint has no login host) with the deployment's key and known_hosts."""
+    r = cluster.ctk("job", "submit", "jax-train", "--deployment", cluster.dir, "--nodes", "2", "--wait",
+                    "--", "hostname")
+    assert r.returncode == 0, (r.stdout, r.stderr[-3000:])
+    jid = r.stdout.strip()
+    out = cluster.ctk("job", "logs", jid, "--deployment", cluster.dir).stdout
+    assert sorted(out.split()) == ["sshnode-0", "sshnode-1"]
+    rows = json.loads(cluster.ctk("job", "status", "--deployment", cluster.dir, "--json").stdout)
+    assert [(x["id"], x["state"]) for x in rows] == [(jid, "COMPLETED")]
+    assert rows[0]["stdout"] == f"/root/.ctk-jobs/jax-train-{jid}.out"
 
 
 def test_the_jax_stack_was_pip_installed_on_the_hosts(cluster):

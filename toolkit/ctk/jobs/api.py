@@ -29,7 +29,8 @@ def as_cluster(cluster: "Cluster | str | os.PathLike | None") -> Cluster:
         from .clusters import HereCluster
         return HereCluster().check()
     if isinstance(cluster, (str, os.PathLike)):
-        return LocalCluster(os.fspath(cluster)).check()
+        from .clusters import deployment_cluster
+        return deployment_cluster(os.fspath(cluster))
     raise UserError("cluster: a deployment folder path, a ctk.jobs.clusters.Cluster, or None")
 
 

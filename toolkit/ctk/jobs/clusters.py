@@ -201,8 +201,7 @@ class LocalCluster(HereCluster):
             raise UserError(f"--deployment {self.dir}: no deployment.json there\n"
                             "  hint: create and deploy it with 'ctk deploy BLUEPRINT -o DIR'")
         if ssh.is_ssh_deployment(self.dir):
-            raise UserError(f"--deployment {self.dir}: an ssh-target deployment; its jobs go through its "
-                            "login node\n  hint: ctk job submit ... --host USER@LOGIN_HOST")
+            raise UserError(f"--deployment {self.dir}: an ssh-target deployment, not a local one")
         if local.load_state(self.dir) is None:
             raise UserError(f"--deployment {self.dir}: not deployed on the local target\n"
                             f"  hint: ctk deploy BLUEPRINT -o {self.dir}")
@@ -247,7 +246,8 @@ class SshCluster(Cluster):
     which is expected to be on the cluster's shared home."""
 
     def __init__(self, host: str, identity: str | None = None, ssh_config: str | None = None,
-                 connect_timeout: float = 15):
+                 connect_timeout: float = 15, known_hosts: str | None = None, registry_dir: str | None = None,
+                 deployment: str | None = None):
         import fabric
         import paramiko
 
@@ -264,21 +264,26 @@ class SshCluster(Cluster):
         # known_hosts and the config's UserKnownHostsFile; refuse unknown hosts where the
         # config says StrictHostKeyChecking yes.
         c = self.conn.client
-        for f in [os.path.expanduser("~/.ssh/known_hosts"), *_as_list(self.conn.ssh_config.get("userknownhostsfile"))]:
+        files = [os.path.expanduser("~/.ssh/known_hosts"), *_as_list(self.conn.ssh_config.get("userknownhostsfile"))]
+        for f in files + ([known_hosts] if known_hosts else []):
             f = os.path.expanduser(f)
             if os.path.isfile(f):
                 c.load_host_keys(f)
-        if str(self.conn.ssh_config.get("stricthostkeychecking", "")).lower() == "yes":
+        if known_hosts or str(self.conn.ssh_config.get("stricthostkeychecking", "")).lower() == "yes":
             c.set_missing_host_key_policy(paramiko.RejectPolicy())
         self.host = host
         self.key = f"ssh://{self.conn.user}@{self.conn.host}:{self.conn.port}"
-        self.registry_dir = os.path.join(_state_home(), "ctk", "hosts",
-                                         re.sub(r"[^A-Za-z0-9_.@-]", "_", f"{self.conn.user}@{self.conn.host}_{self.conn.port}"))
+        self.registry_dir = registry_dir or os.path.join(
+            _state_home(), "ctk", "hosts", re.sub(r"[^A-Za-z0-9_.@-]", "_", f"{self.conn.user}@{self.conn.host}_{self.conn.port}"))
+        self._deployment = deployment
         self._sftp = None
         self._home: str | None = None
 
     def __repr__(self) -> str:
         return f"SshCluster({self.key!r})"
+
+    def deployment_dir(self) -> str | None:
+        return self._deployment
 
     def _open(self):
         import paramiko
@@ -357,7 +362,24 @@ def open_cluster(deployment: str | None = None, host: str | None = None, identit
         raise UserError("--identity and --ssh-config go with --host USER@HOST")
     if not deployment:  # on a login node: the cluster this machine submits to
         return HereCluster().check()
+    return deployment_cluster(deployment)
+
+
+def deployment_cluster(deployment: str) -> Cluster:
+    """The cluster of a deployment folder: a lab on this machine (local target), or the ssh
+    target's machines, reached through a login host (else the controller) over SSH with the
+    key and known_hosts that `ctk deploy` used."""
+    from ..cluster import ssh
     if not os.path.isdir(deployment):
         raise UserError(f"--deployment {deployment}: no such folder\n"
                         "  hint: deploy a cluster with 'ctk deploy BLUEPRINT -o DIR'")
+    if ssh.is_ssh_deployment(deployment):
+        state = ssh.load_state(deployment)
+        if state is None:
+            raise UserError(f"--deployment {deployment}: not deployed yet\n  hint: ctk deploy BLUEPRINT -o {deployment}")
+        hosts = sorted(state["hosts"], key=lambda h: {"login": 0, "controller": 1}.get(h["role"], 2))
+        h = hosts[0]
+        return SshCluster(f"{h['user']}@{h['host']}:{h['port']}", identity=h.get("key"),
+                          known_hosts=os.path.join(ssh.ssh_dir(deployment), "known_hosts"),
+                          registry_dir=os.path.abspath(deployment), deployment=os.path.abspath(deployment))
     return LocalCluster(deployment).check()
