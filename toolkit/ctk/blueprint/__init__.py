@@ -2,16 +2,32 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .errors import BlueprintError, BlueprintErrors, Collector, Pos, UserError
-from .expand import Expanded, collect_vars, expand
-from .load import load_file
-from .structure import check_structure
-from .validate import validate
-from .vars import load_deployment_file, parse_cli_vars
+
+if TYPE_CHECKING:
+    from .expand import Expanded
+
+# The engine (load, expand, validate) is imported on first use: commands that never read a
+# blueprint (ctk job ...) start faster without it.
 
 
-def process(path: str, cli_vars: list[str] | tuple = (), deployment_file: str | None = None) -> Expanded:
+def __getattr__(name: str):
+    if name == "Expanded":
+        from .expand import Expanded
+        return Expanded
+    raise AttributeError(name)
+
+
+def process(path: str, cli_vars: list[str] | tuple = (), deployment_file: str | None = None) -> "Expanded":
     """Load, expand and validate a blueprint; raise BlueprintErrors listing every problem."""
+    from .expand import collect_vars, expand
+    from .load import load_file
+    from .structure import check_structure
+    from .validate import validate
+    from .vars import load_deployment_file, parse_cli_vars
+
     c = Collector()
     doc = load_file(path, strict=False)
     c.errors.extend(doc.errors)
