@@ -308,3 +308,19 @@ def test_submit_passes_sbatch_options_and_prints_the_record_as_json(dep, monkeyp
     assert sbatch[3:5] == ["--hold", "--dependency=afterok:12"]
     assert main(["job", "submit", "jax-train", "--deployment", dep, "--sbatch", "hold", "--", "true"]) == 2
     assert "an sbatch option" in capsys.readouterr().err
+
+
+def test_ssh_cluster_names_and_host_key_policy(tmp_path, monkeypatch):
+    import paramiko
+    from ctk.jobs.clusters import SshCluster
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no ~/.ssh/config, no known_hosts
+    c = SshCluster("alice@login.example.org:2222")
+    assert c.key == "ssh://alice@login.example.org:2222"
+    assert c.registry_dir == str(tmp_path / "state" / "ctk" / "hosts" / "alice@login.example.org_2222")
+    assert not isinstance(c.conn.client._policy, paramiko.RejectPolicy)  # Fabric's default: accept
+    kh = tmp_path / "known_hosts"
+    kh.write_text("")
+    strict = SshCluster("root@10.0.0.5", known_hosts=str(kh), registry_dir=str(tmp_path / "dep"))
+    assert isinstance(strict.conn.client._policy, paramiko.RejectPolicy)
+    assert strict.key == "ssh://root@10.0.0.5:22" and strict.registry_dir == str(tmp_path / "dep")
