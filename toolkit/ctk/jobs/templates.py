@@ -418,8 +418,8 @@ _DEPLOYMENTS: dict[tuple, Deployment] = {}
 
 
 def load_deployment(folder: str) -> Deployment:
-    """The deployment.json of FOLDER (cached while the file is unchanged)."""
-    import copy
+    """The deployment.json of FOLDER (cached while the file is unchanged; read-only: callers
+    never change it)."""
     import json
 
     path = os.path.join(folder, "deployment.json")
@@ -431,7 +431,7 @@ def load_deployment(folder: str) -> Deployment:
                 dep = Deployment.from_dict(json.load(f))
             _DEPLOYMENTS.clear()
             _DEPLOYMENTS[key] = dep
-        return copy.deepcopy(_DEPLOYMENTS[key])
+        return _DEPLOYMENTS[key]
     except FileNotFoundError:
         raise UserError(f"--deployment {folder}: no deployment.json there\n"
                         "  hint: create it with 'ctk create BLUEPRINT -o DIR'") from None
