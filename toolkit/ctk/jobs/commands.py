@@ -153,7 +153,7 @@ def _table(rows: list[dict], cols: tuple[str, ...]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def follow(job, out, poll: float = 0.2, poll_max: float = 2.0, print_logs: bool = True,
+def follow(job, out, poll: float = 0.2, poll_max: float = 1.0, print_logs: bool = True,
            task: str | None = None, stderr: bool = False, progress=None) -> str:
     """Write the job's stdout (or stderr) to OUT as it grows until the job ends; the final
     state. PROGRESS, if given, gets a line each time the job's state changes."""
