@@ -5,9 +5,9 @@ twice: the second run must report changed=0. Then the configure phase with a thr
 key and a small slurm.conf folder, also twice. Then what the node holds: the key (0400,
 munge), /etc/slurm, the pinned jax in the venv, slurmd.
 
-Needs root, debootstrap and an Ansible with community.general (PyPI's `ansible`, looked for
-in /var/tmp/ctk-dev/venv, $CTK_ANSIBLE_PLAYBOOK or PATH); the debootstrap base is cached in
-/var/tmp/ctk-dev/rootfs. Takes a few minutes (pip installs jax into the tree).
+Needs root, debootstrap and an Ansible with community.general (PyPI's `ansible`, which
+`make test` installs in /var/tmp/ctk-dev/venv; else $CTK_ANSIBLE_PLAYBOOK or PATH); the
+debootstrap base is cached in /var/tmp/ctk-dev/rootfs. Takes a few minutes (pip installs jax into the tree).
 """
 
 from __future__ import annotations
@@ -57,8 +57,8 @@ def _missing_requirements() -> str | None:
     if not (rh.BASE_ROOTFS / "usr/bin/apt-get").exists() and not shutil.which("debootstrap", path=rh.SANE_PATH):
         return "no debootstrap (apt-get install debootstrap) and no cached base under " + str(rh.DEV_DIR)
     if not rh.find_ansible_playbook():
-        return ("no ansible-playbook with community.general (pip install ansible into "
-                f"{rh.DEV_DIR / 'venv'} or set CTK_ANSIBLE_PLAYBOOK)")
+        return ("no ansible-playbook with community.general (`make testdeps` installs PyPI's ansible "
+                f"into {rh.DEV_DIR / 'venv'}; or set CTK_ANSIBLE_PLAYBOOK)")
     return None
 
 
@@ -119,6 +119,13 @@ class Lab:
             if s in self.failed:
                 pytest.skip(f"needs step {s!r}, which failed")
 
+    def report(self) -> str:
+        """What each step took and what its runs reported: figures to read, not to assert on."""
+        fmt = lambda r: "-" if r is None else f"ok={r.ok} changed={r.changed} failed={r.failed}"  # noqa: E731
+        return "\n".join(["ctk roles timings:", *(f"  {k:<32} {v:7.1f} s" for k, v in self.timings.items()),
+                          "ctk roles recaps:", *(f"  {k:<22} first: {fmt(a):<30} rerun: {fmt(b)}"
+                                                 for k, (a, b) in self.recaps.items())])
+
 
 def _explain(run: rh.PlaybookRun) -> str:
     return f"rc={run.returncode} recap={run.recap}\n{run.output[-8000:]}"
@@ -126,12 +133,16 @@ def _explain(run: rh.PlaybookRun) -> str:
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
+    """The tree and what the tests learn about it; its timings are printed at the end (shown
+    with -s, or with -rA as the last test's teardown output)."""
     work = tmp_path_factory.mktemp("ctk-roles")
     base, debootstrap_s = rh.ensure_base_rootfs()
     root = rh.copy_rootfs(base, work / "root")
     try:
         with rh.chroot_mounts(root):
-            yield Lab(root, work, rh.find_ansible_playbook(), debootstrap_s)
+            lab = Lab(root, work, rh.find_ansible_playbook(), debootstrap_s)
+            yield lab
+            print("\n" + lab.report())
     finally:
         rh.remove_rootfs(root)
         shutil.rmtree(work, ignore_errors=True)  # the throwaway munge key goes with it
@@ -169,6 +180,8 @@ def test_install_layer_then_rerun_changes_nothing(lab, role):
     first = lab.layer(role, "install")
     lab.timings[f"install {role}"] = first.seconds
     assert first.returncode == 0 and first.recap and first.recap.failed == 0, _explain(first)
+    # Else the rerun's changed=0 below would prove nothing (a role that skipped all its tasks).
+    assert first.recap.changed > 0, f"the first install of {role} changed nothing\n{_explain(first)}"
 
     second = lab.layer(role, "install")
     lab.timings[f"install {role} (rerun)"] = second.seconds
@@ -323,12 +336,3 @@ def test_range_pins_are_refused(lab):
     run = lab.play("layer.yml", extra)
     assert run.returncode != 0
     assert "exact" in run.output
-
-
-def test_report_timings(lab):
-    """Not an assertion on time: prints what each step took (shown with -s or -rA)."""
-    lines = [f"  {k:<32} {v:7.1f} s" for k, v in lab.timings.items()]
-    print("\nctk roles timings:\n" + "\n".join(lines))
-    fmt = lambda r: "-" if r is None else f"ok={r.ok} changed={r.changed} failed={r.failed}"  # noqa: E731
-    lines = [f"  {k:<22} first: {fmt(a):<30} rerun: {fmt(b)}" for k, (a, b) in lab.recaps.items()]
-    print("ctk roles recaps:\n" + "\n".join(lines))
