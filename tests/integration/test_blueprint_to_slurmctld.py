@@ -8,9 +8,9 @@ import subprocess
 import pytest
 
 from conftest import FIXTURES, ROOT
-from ctk.blueprint import process
-from ctk.cluster.daemons import free_tcp_port, start_munged, start_slurmctld
-from ctk.cluster.slurmconf import NodeLayout, render_cgroup_conf, render_gres_conf, render_slurm_conf
+from ctk.plan import process
+from ctk.sandbox.daemons import free_tcp_port, start_munged, start_slurmctld
+from ctk.render.slurmconf import NodeLayout, render_cgroup_conf, render_gres_conf, render_slurm_conf
 
 pytestmark = pytest.mark.integration
 if not shutil.which("slurmctld", path="/usr/sbin:/usr/bin:/sbin"):

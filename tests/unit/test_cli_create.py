@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from conftest import ROOT
-from ctk import deployfolder
+from ctk.targets import folder as deployfolder
 from ctk.cli import main
 
 LAB = os.path.join(ROOT, "blueprints", "lab.yaml")

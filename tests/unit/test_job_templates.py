@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import ROOT
-from ctk.blueprint.errors import UserError
+from ctk.errors import UserError
 from ctk.cli import main
 from ctk.jobs import templates
 from ctk.model import Deployment

@@ -9,9 +9,10 @@ import sys
 
 import pytest
 
-from ctk.blueprint import BlueprintErrors, process
+from ctk.blueprint import BlueprintErrors
+from ctk.plan import process
 from ctk.cli import main
-from ctk.cluster import ssh
+from ctk.targets import ssh
 from ctk.model import Deployment
 
 HEAD = """\

@@ -11,14 +11,15 @@ import sys
 from dataclasses import dataclass
 
 from .. import paths
+from ..errors import Failure
 from ..progress import Progress
 from ..runner import CommandError, run
 from . import buildnode
 from .store import Store
 
 
-class ImageVerifyError(RuntimeError):
-    pass
+class ImageVerifyError(Failure):
+    """A built image failed its checks."""
 
 
 @dataclass

@@ -21,8 +21,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ctk.cluster.hostlist import compress
-from ctk.model import Deployment, Nodeset, Partition
+from ..model import Deployment, Nodeset, Partition
+from .hostlist import compress
 
 __all__ = [
     "NodeLayout",
