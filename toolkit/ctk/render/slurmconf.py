@@ -92,6 +92,9 @@ class NodeLayout:
     slurmdbd_addr: str | None = None
     slurmdbd_port: int | None = None
     min_job_age: int = 300  # seconds slurmctld keeps a finished job (squeue lists it)
+    # slurmctld and slurmd listen only on the address their host name resolves to, never on
+    # every interface (each node of a lab has its own name and loopback address).
+    bind_own_address: bool = False
 
 
 # --------------------------------------------------------------------------- helpers
@@ -334,6 +337,8 @@ def _base_params(dep: Deployment, layout: NodeLayout | None, has_gpus: bool) -> 
     if layout is not None and layout.munge_socket:
         identity.append(("AuthInfo", f"socket={layout.munge_socket}"))
     identity.append(("CredType", "cred/munge"))
+    if layout is not None and layout.bind_own_address:
+        identity.append(("CommunicationParameters", "NoCtldInAddrAny,NoInAddrAny"))
 
     scheduling: Params = [
         ("MpiDefault", "none"),

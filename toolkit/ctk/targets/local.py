@@ -168,7 +168,8 @@ def layout(plan: LabPlan, host_munge_socket: str | None = None) -> NodeLayout:
         state_dir="/var/spool/slurmctld", spool_dir="/var/spool/slurmd", log_dir="/var/log/slurm",
         pid_dir="/run", slurm_user="root", controller_host=plan.controller.name,
         slurmd_port=leases.port(plan.n, leases.PORTS_PER_LEASE - 1), munge_socket=host_munge_socket,
-        gpu_dev_dir=GPU_DIR_IN_NODE, job_comp_loc=JOBCOMP_IN_NODE, slurmd_timeout=SLURMD_TIMEOUT)
+        gpu_dev_dir=GPU_DIR_IN_NODE, job_comp_loc=JOBCOMP_IN_NODE, slurmd_timeout=SLURMD_TIMEOUT,
+        bind_own_address=True)
 
 
 def lab_files(plan: LabPlan, ldir: str) -> dict[str, str]:
