@@ -27,24 +27,24 @@ import shutil
 import subprocess
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from .. import atomic
 from ..connect.base import NODE_HOME, NODE_JOBS_DIR, HereCluster, exit_of, parse_kv_line
 from ..errors import UserError, did_you_mean
-from ..images.build import build_image
-from ..images.store import Store
 from ..model import Deployment, ImageSpec
 from ..progress import Progress
 from ..render.hostlist import compress
-from ..render.slurmconf import NodeLayout, render_cgroup_conf, render_gres_conf, render_slurm_conf
 from ..sandbox import node as nodes
 from ..sandbox.daemons import DaemonError, ensure_munge_key, ensure_munged, munged_pid, stop_munged
-from ..sandbox.sshd import keypair, sshd_parts
 from ..waiting import TimedOut, poll
 from . import leases
 from .base import (SINFO_PARTITIONS, DeployOutcome, NodeStatus, Status, Target, parse_node_states,
                    parse_partitions, wait_ready)
+
+if TYPE_CHECKING:  # the builders are imported where they are used: `ctk job` needs none of them
+    from ..images.store import Store
+    from ..render.slurmconf import NodeLayout
 
 DEFAULT_MAX_NODES = 4  # per nodeset: fits 2 cores and 24 GiB with room to spare
 DEFAULT_IMAGE = ImageSpec(name="ctk-local", module_id="", base="debian-12",
@@ -161,6 +161,8 @@ def plan_lab(dep: Deployment, n: int, max_nodes: int = DEFAULT_MAX_NODES) -> Lab
 
 
 def layout(plan: LabPlan, host_munge_socket: str | None = None) -> NodeLayout:
+    from ..render.slurmconf import NodeLayout
+
     computes = [x for x in plan.nodes if x.role == "compute"]
     return NodeLayout(
         controller_addr=plan.controller.addr, controller_port=plan.controller.port,
@@ -174,6 +176,8 @@ def layout(plan: LabPlan, host_munge_socket: str | None = None) -> NodeLayout:
 
 def lab_files(plan: LabPlan, ldir: str) -> dict[str, str]:
     """Every generated file of the lab, by path relative to lab/ (pure)."""
+    from ..render.slurmconf import render_cgroup_conf, render_gres_conf, render_slurm_conf
+
     lay = layout(plan)
     host_lay = layout(plan, os.path.join(os.path.abspath(ldir), "host-munge", "munge.sock"))
     hosts = "127.0.0.1 localhost\n" + "".join(f"{x.addr} {x.name}\n" for x in plan.nodes)
@@ -209,6 +213,8 @@ def ssh_config(plan: LabPlan, ldir: str) -> str:
 
 def _ssh_keys(plan: LabPlan, ldir: str) -> None:
     """The lab's SSH host key and root's login key (secrets/ssh, 0700), and known_hosts."""
+    from ..sandbox.sshd import keypair
+
     d = os.path.join(ldir, "secrets", "ssh")
     os.makedirs(d, mode=0o700, exist_ok=True)
     os.chmod(d, 0o700)
@@ -231,6 +237,8 @@ def node_spec(plan: LabPlan, x: LabNode, ldir: str, lowerdirs: list[str]) -> nod
                                      "owner": "munge"}}
     run_dirs = [{"path": "munge", "mode": "0755", "owner": "munge"}]
     if x.role == "login":  # sshd on the node's own address and port: ctk job --host reaches it
+        from ..sandbox.sshd import sshd_parts
+
         sd = os.path.join(ldir, "secrets", "ssh")
         files, dirs, sshd = sshd_parts(x.addr, x.port, os.path.join(sd, "host_ed25519"),
                                        os.path.join(sd, "id_ed25519.pub"))
@@ -338,6 +346,9 @@ def deploy_local(dep: Deployment, deployment_dir: str, *, max_nodes: int = DEFAU
         progress.say(f"note: stopped {len(orphans)} node(s) of an earlier lab whose folder was removed")
     for note in plan.notes:
         progress.say(f"note: {note}")
+    from ..images.build import build_image
+    from ..images.store import Store
+
     store = store or Store()
     layers: dict[str, list[str]] = {}
     for img in plan.images:
