@@ -8,7 +8,7 @@ import os
 import sys
 
 from ..errors import EXIT_FAIL, EXIT_OK, UserError
-from .common import BlueprintRef, blueprint_args
+from .common import BlueprintRef, blueprint_args, progress_of
 
 
 def add_parsers(sub) -> None:
@@ -57,11 +57,6 @@ def add_parsers(sub) -> None:
     p.set_defaults(run=env)
 
 
-def _progress(args):
-    from ..progress import Progress
-
-    return Progress(quiet=getattr(args, "quiet", False) or getattr(args, "json", False))
-
 
 def deploy(args) -> int:
     from .. import targets
@@ -70,7 +65,7 @@ def deploy(args) -> int:
         raise UserError(f"--max-nodes {args.max_nodes}: must be at least 1")
     exp = BlueprintRef.of(args).process()
     out = args.out or os.path.join(".", exp.deployment.deployment_name)
-    outcome = targets.deploy(exp, out, max_nodes=args.max_nodes, progress=_progress(args))
+    outcome = targets.deploy(exp, out, max_nodes=args.max_nodes, progress=progress_of(args))
     sys.stdout.write(json.dumps(outcome.record, indent=2) + "\n" if args.json else outcome.render())
     return EXIT_OK
 
@@ -89,7 +84,7 @@ def destroy(args) -> int:
     if (args.dir is None) == (args.lease is None):
         raise UserError("ctk destroy: give a deployment folder or --lease N (not both)",
                         hint="ctk destroy DIR")
-    print(targets.destroy(args.dir, _progress(args), lease=args.lease))
+    print(targets.destroy(args.dir, progress_of(args), lease=args.lease))
     return EXIT_OK
 
 

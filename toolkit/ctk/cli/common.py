@@ -49,3 +49,16 @@ class BlueprintRef:
 def warn(exp) -> None:
     for w in exp.warnings:
         print(w.render(getattr(exp, "sources", {})).replace(": error: ", ": warning: ", 1), file=sys.stderr)
+
+
+def show_help(parser) -> int:
+    """A command group given without its subcommand: its help, exit 0."""
+    parser.print_help()
+    raise SystemExit(0)
+
+
+def progress_of(args):
+    """Progress lines on stderr, unless -q or --json."""
+    from ..progress import Progress
+
+    return Progress(quiet=getattr(args, "quiet", False) or getattr(args, "json", False))

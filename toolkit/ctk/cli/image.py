@@ -6,7 +6,7 @@ import json
 import sys
 
 from ..errors import EXIT_OK
-from .common import BlueprintRef, Parser, blueprint_args
+from .common import BlueprintRef, Parser, blueprint_args, progress_of, show_help
 
 
 def add_parsers(sub) -> None:
@@ -14,7 +14,7 @@ def add_parsers(sub) -> None:
                          description="Node images are built locally as cached layers (debootstrap base, "
                          "then one layer per Ansible role, each applied by Packer over SSH into a build "
                          "node). Layers live under $CTK_STATE_DIR (default /var/lib/ctk).")
-    img.set_defaults(run=lambda args: _help(img))
+    img.set_defaults(run=lambda args: show_help(img))
     isub = img.add_subparsers(dest="image_cmd", metavar="SUBCOMMAND", parser_class=Parser)
     p = isub.add_parser("build", help="build the blueprint's images (cached layers), then verify them")
     blueprint_args(p)
@@ -43,15 +43,6 @@ def add_parsers(sub) -> None:
     p.set_defaults(run=gc)
 
 
-def _help(parser) -> int:
-    parser.print_help()
-    raise SystemExit(0)
-
-
-def _progress(args):
-    from ..progress import Progress
-
-    return Progress(quiet=getattr(args, "quiet", False) or getattr(args, "json", False))
 
 
 def list_(args) -> int:
@@ -74,7 +65,7 @@ def gc(args) -> int:
 def export(args) -> int:
     from ..images.export import export_image
 
-    print(export_image(args.name, args.format, args.out, progress=_progress(args), overwrite=args.overwrite))
+    print(export_image(args.name, args.format, args.out, progress=progress_of(args), overwrite=args.overwrite))
     return EXIT_OK
 
 
@@ -82,7 +73,7 @@ def build(args) -> int:
     from ..images import commands
 
     exp = BlueprintRef.of(args).process()
-    res = commands.build(exp.deployment, args.only, not args.no_verify, _progress(args))
+    res = commands.build(exp.deployment, args.only, not args.no_verify, progress_of(args))
     if args.json:
         print(json.dumps(res, indent=2))
     elif args.quiet:
@@ -95,6 +86,6 @@ def test(args) -> int:
     from ..images import commands
 
     exp = BlueprintRef.of(args).process()
-    for r in commands.test(exp.deployment, args.only, _progress(args)):
+    for r in commands.test(exp.deployment, args.only, progress_of(args)):
         print(f"{r['image']}: {r['summary']}")
     return EXIT_OK

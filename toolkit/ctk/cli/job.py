@@ -9,7 +9,7 @@ import json
 import sys
 
 from ..errors import UserError
-from .common import Parser
+from .common import Parser, show_help
 
 
 def add_parsers(sub) -> None:
@@ -21,7 +21,7 @@ def add_parsers(sub) -> None:
                          "on any Slurm cluster through its login node over SSH (--host USER@HOST), or, "
                          "run on a login node, on that node's own cluster. "
                          "Exit codes: 0 done, 1 the cluster failed or refused, 2 bad arguments.")
-    job.set_defaults(run=lambda args: _help(job))
+    job.set_defaults(run=lambda args: show_help(job))
     jsub = job.add_subparsers(dest="job_cmd", metavar="SUBCOMMAND", parser_class=Parser)
 
     def cluster_args(p, deployment_help="deployment folder of a local cluster"):
@@ -94,10 +94,6 @@ def add_parsers(sub) -> None:
     p.add_argument("--json", action="store_true", help="the registry's records as JSON")
     p.set_defaults(run=list_)
 
-
-def _help(parser) -> int:
-    parser.print_help()
-    raise SystemExit(0)
 
 
 def _ref(args):
