@@ -7,7 +7,8 @@ import subprocess
 
 import pytest
 
-from conftest import FIXTURES, ROOT
+from conftest import FIXTURES
+from ctk import paths
 from ctk.blueprint import process
 from ctk.cluster.daemons import free_tcp_port, start_munged, start_slurmctld
 from ctk.cluster.slurmconf import NodeLayout, render_cgroup_conf, render_gres_conf, render_slurm_conf
@@ -18,7 +19,7 @@ if not shutil.which("slurmctld", path="/usr/sbin:/usr/bin:/sbin"):
 
 A3 = f"{FIXTURES}/examples/machine-learning/a3-megagpu-8g"
 CASES = {
-    "lab": (f"{ROOT}/blueprints/lab.yaml", [], None,
+    "lab": (f"{paths.BLUEPRINTS}/lab.yaml", [], None,
             {"debug*": ("2", "(null)"), "gpu": ("2", "gpu:h100:8")}),
     "hpc-slurm": (f"{FIXTURES}/examples/hpc-slurm.yaml",
                   ["project_id=p,deployment_name=demo"], None,

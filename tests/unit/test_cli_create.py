@@ -11,10 +11,10 @@ import pytest
 import yaml
 
 from conftest import ROOT
-from ctk import deployfolder
+from ctk import deployfolder, paths
 from ctk.cli import main
 
-LAB = os.path.join(ROOT, "blueprints", "lab.yaml")
+LAB = os.path.join(paths.BLUEPRINTS, "lab.yaml")
 ENV = {**os.environ, "PYTHONPATH": os.path.join(ROOT, "toolkit")}
 
 

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import ROOT
+from ctk import paths
 from ctk.blueprint.errors import UserError
 from ctk.cli import main
 from ctk.jobs import templates
@@ -267,7 +268,7 @@ def test_templates_listing(capsys):
 
 
 def test_smoke_example_is_embedded_verbatim():
-    with open(os.path.join(ROOT, "sbatch", "examples", "jax_smoke.py")) as f:
+    with open(os.path.join(paths.SBATCH, "examples", "jax_smoke.py")) as f:
         src = f.read()
     assert src in templates.render("jax-smoke", {}, [])
 
