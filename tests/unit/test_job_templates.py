@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import ROOT
+from ctk import paths
 from ctk.errors import UserError
 from ctk.cli import main
 from ctk.jobs import templates
@@ -266,8 +267,16 @@ def test_templates_listing(capsys):
     assert "jax-train:" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("as_json", [[], ["--json"]])
+def test_no_templates_is_an_error_naming_the_folder(as_json, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("CTK_SBATCH_DIR", str(tmp_path))
+    assert main(["job", "templates", *as_json]) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and f"no job templates in {tmp_path}" in out.err
+
+
 def test_smoke_example_is_embedded_verbatim():
-    with open(os.path.join(ROOT, "sbatch", "examples", "jax_smoke.py")) as f:
+    with open(os.path.join(paths.SBATCH, "examples", "jax_smoke.py")) as f:
         src = f.read()
     assert src in templates.render("jax-smoke", {}, [])
 

@@ -40,7 +40,11 @@ def check_script(script: str, cluster) -> tuple[bool, str]:
 
 
 def templates_text(as_json: bool) -> str:
-    tpls = [templates.load_template(n) for n in templates.list_templates()]
+    names = templates.list_templates()
+    if not names:  # an empty list would hide a broken install or a wrong CTK_SBATCH_DIR
+        raise UserError(f"no job templates in {templates.template_dir()}",
+                        hint=f"templates are files NAME{templates.SUFFIX} there; CTK_SBATCH_DIR names another folder")
+    tpls = [templates.load_template(n) for n in names]
     if as_json:
         return json.dumps([t.to_dict() for t in tpls], indent=2) + "\n"
     out = []

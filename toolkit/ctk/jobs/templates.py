@@ -179,7 +179,7 @@ def load_template(name: str) -> Template:
 def _load_template(name: str) -> Template:
     names = list_templates()
     if name not in names:
-        hint = did_you_mean(name, names) or f"templates: {', '.join(names) or '(none)'}"
+        hint = did_you_mean(name, names) or f"templates: {', '.join(names) or f'(none in {template_dir()})'}"
         raise UserError(f"unknown template {name!r}", hint=f"{hint} (see 'ctk job templates')")
     path = os.path.join(template_dir(), name + SUFFIX)
     with open(path, encoding="utf-8") as f:
