@@ -7,9 +7,16 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # Debian packages the tests and the local target use.
-SYS_PKGS := slurm-wlm slurmdbd mariadb-server munge packer shellcheck debootstrap openssh-client zstd e2fsprogs buildah util-linux
+SYS_PKGS := python3-venv slurm-wlm slurmdbd mariadb-server munge packer shellcheck debootstrap openssh-client zstd e2fsprogs buildah util-linux
+# tests/integration/test_roles.py applies the roles over Ansible's chroot connection, which only
+# community.general has: PyPI's `ansible` (12.x carries ansible-core 2.19, as ctk's own pin gets)
+# in its own venv, where the test looks for it, so that it leaves ctk's ansible-core alone.
+export CTK_DEV_DIR ?= /var/tmp/ctk-dev
+ANSIBLE_VERSION := 12.3.0
+ANSIBLE_VENV := $(CTK_DEV_DIR)/venv
+ANSIBLE_STAMP := $(ANSIBLE_VENV)/.ansible-$(ANSIBLE_VERSION)
 
-.PHONY: all deps sysdeps pydeps demo test test-unit test-integration lint clean
+.PHONY: all deps sysdeps pydeps testdeps demo test test-unit test-integration lint clean
 
 all: test
 
@@ -29,6 +36,14 @@ $(STAMP): pyproject.toml
 pydeps: $(STAMP)
 
 deps: sysdeps pydeps
+
+$(ANSIBLE_STAMP):
+	$(PYTHON) -m venv $(ANSIBLE_VENV)
+	$(ANSIBLE_VENV)/bin/python -m pip install -q 'ansible==$(ANSIBLE_VERSION)'
+	$(ANSIBLE_VENV)/bin/ansible-doc -t connection community.general.chroot >/dev/null
+	touch $@
+
+testdeps: deps $(ANSIBLE_STAMP)
 
 # The main job on the local target: build and verify the lab image (cached after the first
 # run), boot the lab cluster, run a 2-node job on it, train a small JAX model data-parallel on
@@ -50,13 +65,13 @@ demo: deps
 	@echo
 	@echo "The lab cluster is up. Use it: eval \"\$$(.venv/bin/ctk env lab)\"; sinfo  --  ctk status lab  --  stop it: .venv/bin/ctk destroy lab"
 
-test: deps
+test: testdeps
 	$(PY) -m pytest -q -p no:cacheprovider tests
 
 test-unit: deps
 	$(PY) -m pytest -q -p no:cacheprovider tests/unit
 
-test-integration: deps
+test-integration: testdeps
 	$(PY) -m pytest -q -p no:cacheprovider -m integration tests
 
 clean:

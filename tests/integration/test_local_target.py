@@ -153,6 +153,7 @@ def test_a_second_deploy_of_the_same_folder_waits_its_turn(lab):
     assert r.returncode == 2 and "another ctk command" in r.stderr
 
 
+@pytest.mark.ct_fixtures
 def test_hpc_slurm_fixture_deploys_scaled_down(lab_build, state, tmp_path_factory):
     lab = deploy(tmp_path_factory, state, "hpc", f"{FIXTURES}/examples/hpc-slurm.yaml",
                  "--vars", "project_id=demo-project,deployment_name=hpc", "--max-nodes", "2")
@@ -167,6 +168,7 @@ def test_hpc_slurm_fixture_deploys_scaled_down(lab_build, state, tmp_path_factor
         lab.ctk("destroy", lab.path)
 
 
+@pytest.mark.ct_fixtures
 def test_a3mega_fixture_schedules_8_gpus_and_refuses_9(lab_build, state, tmp_path_factory):
     lab = deploy(tmp_path_factory, state, "a3mega", f"{A3}/a3mega-slurm-blueprint.yaml",
                  "-d", f"{A3}/a3mega-slurm-deployment.yaml",

@@ -15,6 +15,8 @@ VARS = ["project_id=demo-project,deployment_name=demo"]
 A3MEGA = os.path.join(FIXTURES, "examples/machine-learning/a3-megagpu-8g/a3mega-slurm-blueprint.yaml")
 A3ULTRA = os.path.join(FIXTURES, "examples/machine-learning/a3-ultragpu-8g/a3ultra-slurm-blueprint.yaml")
 
+pytestmark = pytest.mark.ct_fixtures
+
 
 def blueprints():
     files = sorted(glob.glob(os.path.join(FIXTURES, "examples", "**", "*.yaml"), recursive=True)

@@ -6,15 +6,16 @@ from pathlib import Path
 import pytest
 import yaml
 
+from conftest import FIXTURES as _FIXTURES
 from ctk.modules import ALL_KINDS, cluster_toolkit, ctk_kinds, is_remote, lookup
 
-FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "cluster-toolkit"
+FIXTURES = Path(_FIXTURES)
 BLUEPRINTS = sorted(
     p for d in ("examples", "community/examples") for p in (FIXTURES / d).rglob("*.yaml")
     if not p.name.endswith("-deployment.yaml")
 ) if FIXTURES.is_dir() else []
 
-needs_fixtures = pytest.mark.skipif(not BLUEPRINTS, reason="CT fixtures not present")
+needs_fixtures = pytest.mark.ct_fixtures
 
 
 def _modules(bp):
