@@ -271,7 +271,11 @@ def test_no_templates_is_an_error_naming_the_folder(as_json, tmp_path, monkeypat
     monkeypatch.setenv("CTK_SBATCH_DIR", str(tmp_path))
     assert main(["job", "templates", *as_json]) == 2
     out = capsys.readouterr()
-    assert out.out == "" and f"no job templates in {tmp_path}" in out.err
+    if as_json:  # --json prints the error as JSON on stdout
+        err = json.loads(out.out)["error"]
+        assert (err["kind"], err["exit_code"], err["message"]) == ("usage", 2, f"no job templates in {tmp_path}")
+    else:
+        assert out.out == "" and out.err.startswith(f"error: no job templates in {tmp_path}\n  hint: ")
 
 
 def test_smoke_example_is_embedded_verbatim():
