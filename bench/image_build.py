@@ -17,8 +17,9 @@ import time
 
 import yaml
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-LAB = os.path.join(ROOT, "blueprints", "lab.yaml")
+from ctk import paths
+
+LAB = os.path.join(paths.BLUEPRINTS, "lab.yaml")
 
 
 def timed_build(state: str, blueprint: str, stacks: str | None = None) -> tuple[float, dict]:
@@ -42,7 +43,7 @@ def main() -> None:
     try:
         full, r1 = timed_build(state, LAB)
         noop, r2 = timed_build(state, LAB)
-        stacks = yaml.safe_load(open(os.path.join(ROOT, "images", "stacks.yaml")))
+        stacks = yaml.safe_load(open(os.path.join(paths.IMAGES, "stacks.yaml")))
         stacks["stacks"]["jax-cpu"]["pins"]["chex"] = "0.1.91"
         path = os.path.join(state, "stacks-bench.yaml")
         with open(path, "w") as f:

@@ -27,6 +27,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "toolkit"))
 
+from ctk import paths  # noqa: E402
 from ctk.jobs import api, registry, scheduler, templates  # noqa: E402
 from ctk.jobs.clusters import LocalCluster  # noqa: E402
 
@@ -52,7 +53,7 @@ def main() -> None:
     if not dep:
         tmp = tempfile.mkdtemp(prefix="ctk-bench-jobs-")
         dep = os.path.join(tmp, "lab")
-        ctk("deploy", os.path.join(ROOT, "blueprints", "lab.yaml"), "-o", dep, "-q")
+        ctk("deploy", os.path.join(paths.BLUEPRINTS, "lab.yaml"), "-o", dep, "-q")
     cluster = LocalCluster(dep).check()
     figures: dict = {}
     held: list[str] = []

@@ -85,7 +85,3 @@ def write(tmp_path):
         p.write_text(text)
         return str(p)
     return _write
-
-# tests/image/ holds the testinfra suites ctk runs against a built image (ctk image test);
-# they need a node to talk to, so a plain `pytest tests` leaves them to that command.
-collect_ignore = [] if os.environ.get("CTK_IMAGE_VERIFY") else ["image"]

@@ -1,5 +1,5 @@
 """MariaDB and slurmdbd for the accounting tests: private servers on this machine, started as
-ctk.cluster.daemons starts munged and slurmctld (foreground children, returned once they
+ctk.sandbox.daemons starts munged and slurmctld (foreground children, returned once they
 answer). ctk itself starts no accounting database; only these tests do."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import secrets
 import subprocess
 from pathlib import Path
 
-from ctk.cluster.daemons import DaemonError, Proc, _conf_value, _spawn, _which, wait_for
+from ctk.sandbox.daemons import DaemonError, Proc, _conf_value, _spawn, _which, wait_for
 
 
 def start_mariadb(directory: str | os.PathLike, port: int, *, timeout: float = 60.0) -> tuple[Proc, str]:

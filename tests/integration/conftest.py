@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
-from conftest import ROOT
+from ctk import paths
 
-LAB = os.path.join(ROOT, "blueprints", "lab.yaml")
+LAB = os.path.join(paths.BLUEPRINTS, "lab.yaml")
 
 
 def ctk(*args, env=None, timeout=1800):

@@ -24,8 +24,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-ANSIBLE_DIR = REPO / "ansible"
+from ctk import paths
+
+ANSIBLE_DIR = Path(paths.ANSIBLE)
 DEV_DIR = Path(os.environ.get("CTK_DEV_DIR", "/var/tmp/ctk-dev"))
 BASE_ROOTFS = DEV_DIR / "rootfs"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"

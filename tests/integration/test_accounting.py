@@ -11,13 +11,12 @@ import os
 import shutil
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
 
 from ctk.cli import main
-from ctk.cluster.daemons import free_tcp_port, start_munged, start_slurmctld, start_slurmd
-from ctk.cluster.slurmconf import NodeLayout, render_cgroup_conf, render_slurm_conf
+from ctk.sandbox.daemons import free_tcp_port, start_munged, start_slurmctld, start_slurmd
+from ctk.render.slurmconf import NodeLayout, render_cgroup_conf, render_slurm_conf
 from ctk.model import Controller, Deployment, Nodeset, Partition
 
 from .accounting_daemons import start_mariadb, start_slurmdbd, write_slurmdbd_conf

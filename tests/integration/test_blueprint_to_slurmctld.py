@@ -7,10 +7,11 @@ import subprocess
 
 import pytest
 
-from conftest import FIXTURES, ROOT
-from ctk.blueprint import process
-from ctk.cluster.daemons import free_tcp_port, start_munged, start_slurmctld
-from ctk.cluster.slurmconf import NodeLayout, render_cgroup_conf, render_gres_conf, render_slurm_conf
+from conftest import FIXTURES
+from ctk import paths
+from ctk.plan import process
+from ctk.render.slurmconf import NodeLayout, render_cgroup_conf, render_gres_conf, render_slurm_conf
+from ctk.sandbox.daemons import free_tcp_port, start_munged, start_slurmctld
 
 pytestmark = pytest.mark.integration
 if not shutil.which("slurmctld", path="/usr/sbin:/usr/bin:/sbin"):
@@ -18,7 +19,7 @@ if not shutil.which("slurmctld", path="/usr/sbin:/usr/bin:/sbin"):
 
 A3 = f"{FIXTURES}/examples/machine-learning/a3-megagpu-8g"
 CASES = {
-    "lab": (f"{ROOT}/blueprints/lab.yaml", [], None,
+    "lab": (f"{paths.BLUEPRINTS}/lab.yaml", [], None,
             {"debug*": ("2", "(null)"), "gpu": ("2", "gpu:h100:8")}),
     "hpc-slurm": (f"{FIXTURES}/examples/hpc-slurm.yaml",
                   ["project_id=p,deployment_name=demo"], None,

@@ -7,12 +7,11 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 
 import pytest
 import yaml
 
-from conftest import ROOT
+from ctk import paths
 from ctk.images.build import ImageBuildError, build_image
 from ctk.images.store import Store
 from ctk.images.verify import verify_image
@@ -48,7 +47,7 @@ def test_second_build_is_a_pure_cache_hit(lab_build, state, tmp_path):
 
 
 def test_changing_only_the_stack_pin_rebuilds_only_the_jax_layer(lab_build, state, tmp_path):
-    stacks = yaml.safe_load(open(os.path.join(ROOT, "images", "stacks.yaml")))
+    stacks = yaml.safe_load(open(os.path.join(paths.IMAGES, "stacks.yaml")))
     pins = stacks["stacks"]["jax-cpu"]["pins"]
     assert pins["chex"] != "0.1.91"
     pins["chex"] = "0.1.91"  # an older chex that works with the same jax
@@ -64,7 +63,7 @@ def test_changing_only_the_stack_pin_rebuilds_only_the_jax_layer(lab_build, stat
 
 def test_failing_role_is_named_and_never_cached(lab_build, state, tmp_path, monkeypatch):
     ansible = tmp_path / "ansible"
-    shutil.copytree(os.path.join(ROOT, "ansible"), ansible)
+    shutil.copytree(paths.ANSIBLE, ansible)
     tasks = ansible / "roles" / "flaky" / "tasks"
     tasks.mkdir(parents=True)
     (tasks / "main.yml").write_text(

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import ROOT
+from ctk import paths
 from .conftest import LAB, ctk
 from .test_local_target import deploy
 
@@ -21,7 +21,7 @@ for tool in ("slurmctld", "packer", "debootstrap", "ssh"):
         pytest.skip(f"{tool} is not installed", allow_module_level=True)
 
 PY = "/opt/ctk/jax/bin/python"
-TRAIN = os.path.join(ROOT, "sbatch", "examples", "train.py")
+TRAIN = os.path.join(paths.SBATCH, "examples", "train.py")
 
 
 def _with_train(lab):

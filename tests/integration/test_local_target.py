@@ -6,6 +6,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import time
 
 import pytest
@@ -293,3 +294,115 @@ def test_job_api_cancel_and_status_of_several_jobs(lab):
     assert {x["id"]: x["state"] for x in json.loads(r.stdout)} == {job.id: "CANCELLED", other.id: "COMPLETED"}
     r = lab.ctk("job", "status", "999999", "--deployment", lab.path)
     assert r.returncode == 2 and "not submitted through ctk" in r.stderr
+
+
+def _listening() -> dict[int, tuple[str, int]]:
+    """Socket inode -> (address, port) of every listening TCP socket on this machine."""
+    import ipaddress
+    out = {}
+    for table, v6 in (("/proc/net/tcp", False), ("/proc/net/tcp6", True)):
+        for line in open(table).read().splitlines()[1:]:
+            f = line.split()
+            if f[3] != "0A":  # LISTEN
+                continue
+            hexaddr, hexport = f[1].split(":")
+            raw = bytes.fromhex(hexaddr)
+            # /proc/net prints each 32-bit word in host (little-endian) order
+            raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+            out[int(f[9])] = (str(ipaddress.ip_address(raw)), int(hexport, 16))
+    return out
+
+
+def _sockets_of_namespace(ns: str) -> set[int]:
+    """Socket inodes held by the processes of one PID namespace (a lab node)."""
+    inodes = set()
+    for p in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if os.readlink(f"/proc/{p}/ns/pid") != ns:
+                continue
+            for fd in os.listdir(f"/proc/{p}/fd"):
+                target = os.readlink(f"/proc/{p}/fd/{fd}")
+                if target.startswith("socket:["):
+                    inodes.add(int(target[8:-1]))
+        except OSError:
+            continue
+    return inodes
+
+
+def test_slurmctld_and_sshd_listen_only_on_their_nodes_address(lab):
+    """The controller's and login nodes' daemons; slurmd still listens on every address (see
+    NodeLayout.bind_own_address)."""
+    state = json.load(open(os.path.join(lab.path, "lab", "state.json")))
+    state["nodes"] = [n for n in state["nodes"] if n["role"] != "compute"]
+    listening = _listening()
+    seen = {}
+    for node in state["nodes"]:
+        pid = int(open(os.path.join(lab.path, "lab", "nodes", node["name"], "pid")).read())
+        socks = [listening[i] for i in _sockets_of_namespace(os.readlink(f"/proc/{pid}/ns/pid")) if i in listening]
+        seen[node["name"]] = socks
+        assert socks, f"{node['name']} listens on nothing"
+        for addr, port in socks:
+            assert addr not in ("0.0.0.0", "::"), f"{node['name']} listens on {addr}:{port}"
+            assert addr == node["addr"], f"{node['name']} ({node['addr']}) listens on {addr}:{port}"
+    roles = {n["name"]: n["role"] for n in state["nodes"]}
+    ports = {n["name"]: n["port"] for n in state["nodes"]}
+    for name, socks in seen.items():  # slurmctld and each sshd on the node's own port
+        assert (next(n["addr"] for n in state["nodes"] if n["name"] == name), ports[name]) in socks, (name, roles[name], socks)
+
+
+def _alive(pid: int) -> bool:
+    return os.path.exists(f"/proc/{pid}")
+
+
+def test_a_lab_whose_folder_was_removed_is_found_again(lab_build, state, tmp_path_factory):
+    lab = deploy(tmp_path_factory, state, "removed", LAB)
+    n = json.load(open(os.path.join(lab.path, "lab", "state.json")))["n"]
+    pids = [int(p) for p in lab.node_pids().values()]
+    shutil.rmtree(lab.path)
+    assert all(_alive(p) for p in pids)
+    r = lab.ctk("status", lab.path)
+    assert r.returncode == 2 and "no such deployment folder" in r.stderr
+    # A new deploy into the same folder stops the old lab first (its addresses are this lease's).
+    r = lab.ctk("deploy", LAB, "-o", lab.path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "whose folder was removed" in r.stderr
+    assert not any(_alive(p) for p in pids)
+    # Removed again: `ctk destroy --lease N` stops it and frees the lease.
+    pids = [int(p) for p in lab.node_pids().values()]
+    shutil.rmtree(lab.path)
+    r = lab.ctk("destroy", "--lease", str(n))
+    assert r.returncode == 0 and f"lease {n}" in r.stdout, r.stderr
+    assert not any(_alive(p) for p in pids)
+    r = lab.ctk("destroy", lab.path)
+    assert r.returncode == 2 and "no such deployment folder" in r.stderr
+
+
+def test_status_lists_the_nodes_an_interrupted_deploy_left_running(lab_build, state, tmp_path):
+    import signal
+    path = str(tmp_path / "killed")
+    proc = subprocess.Popen([sys.executable, "-m", "ctk", "deploy", LAB,
+                             "-o", path, "-q"], env={**os.environ, "CTK_STATE_DIR": state},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    nodes_dir = os.path.join(path, "lab", "nodes")
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # the controller has booted, the rest has not finished
+        if os.path.isdir(nodes_dir) and any(os.path.exists(os.path.join(nodes_dir, x, "pid"))
+                                            for x in os.listdir(nodes_dir)):
+            break
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    lab = Lab(path, state)
+    try:
+        running = [x for x in os.listdir(nodes_dir) if os.path.exists(os.path.join(nodes_dir, x, "pid"))]
+        assert running
+        r = lab.ctk("status", path, "--json")
+        st = json.loads(r.stdout)
+        assert r.returncode == 1 and st["interrupted"] is True
+        up = sorted(x["name"] for x in st["nodes"] if x["running"])
+        assert up == sorted(running), (running, st["nodes"])
+        assert "a deploy did not complete" in lab.ctk("status", path).stdout
+    finally:
+        r = lab.ctk("destroy", path)
+    assert r.returncode == 0, r.stderr
+    assert not os.path.exists(os.path.join(path, "lab"))

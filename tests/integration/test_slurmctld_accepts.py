@@ -21,10 +21,10 @@ from typing import Iterator
 
 import pytest
 
-from ctk.cluster import daemons
-from ctk.cluster.daemons import Proc, free_tcp_port, start_munged, start_slurmctld, start_slurmd
-from ctk.cluster.hostlist import compress, expand
-from ctk.cluster.slurmconf import NodeLayout, render_cgroup_conf, render_gres_conf, render_slurm_conf
+from ctk.sandbox import daemons
+from ctk.sandbox.daemons import Proc, free_tcp_port, start_munged, start_slurmctld, start_slurmd
+from ctk.render.hostlist import compress, expand
+from ctk.render.slurmconf import NodeLayout, render_cgroup_conf, render_gres_conf, render_slurm_conf
 from ctk.model import Controller, Deployment, Login, Nodeset, Partition
 
 pytestmark = pytest.mark.integration

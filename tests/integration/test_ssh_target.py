@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from ctk.cluster import node as nodes
+from ctk.sandbox import node as nodes
 from ctk.images import buildnode
 from ctk.images.base import ensure_base
 from ctk.images.store import Store

@@ -11,10 +11,11 @@ import pytest
 import yaml
 
 from conftest import ROOT
-from ctk import deployfolder
+from ctk import paths
+from ctk.targets import folder as deployfolder
 from ctk.cli import main
 
-LAB = os.path.join(ROOT, "blueprints", "lab.yaml")
+LAB = os.path.join(paths.BLUEPRINTS, "lab.yaml")
 ENV = {**os.environ, "PYTHONPATH": os.path.join(ROOT, "toolkit")}
 
 

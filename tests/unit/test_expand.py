@@ -2,7 +2,8 @@
 
 import pytest
 
-from ctk.blueprint import BlueprintErrors, process
+from ctk.blueprint import BlueprintErrors
+from ctk.plan import process
 from ctk.blueprint.expression import Deferred, Interp, Literal, Ref, parse_string
 
 HEAD = """\

@@ -7,7 +7,8 @@ import os
 import pytest
 
 from conftest import FIXTURES
-from ctk.blueprint import BlueprintErrors, process
+from ctk.blueprint import BlueprintErrors
+from ctk.plan import process
 from ctk.cli import main
 
 VARS = ["project_id=demo-project,deployment_name=demo"]

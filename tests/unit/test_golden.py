@@ -14,6 +14,7 @@ import shutil
 import pytest
 
 from conftest import FIXTURES, ROOT
+from ctk import paths
 from ctk.cli import main
 
 GOLDEN = os.path.join(ROOT, "tests", "golden")
@@ -21,12 +22,12 @@ VARS = "project_id=demo-project,deployment_name=demo"
 ML = "examples/machine-learning"
 
 CASES = {
-    os.path.basename(p)[:-5]: (p, []) for p in sorted(glob.glob(os.path.join(ROOT, "blueprints", "*.yaml")))
+    os.path.basename(p)[:-5]: (p, []) for p in sorted(glob.glob(os.path.join(paths.BLUEPRINTS, "*.yaml")))
 }
 CASES.update({
     "ct-hpc-slurm": (f"{FIXTURES}/examples/hpc-slurm.yaml", ["--vars", VARS]),
     "ct-ml-slurm": (f"{FIXTURES}/examples/ml-slurm.yaml", ["--vars", VARS]),
-    "lab-gcp": (os.path.join(ROOT, "blueprints", "lab.yaml"), ["--vars", "project_id=demo,zone=us-central1-a"]),
+    "lab-gcp": (os.path.join(paths.BLUEPRINTS, "lab.yaml"), ["--vars", "project_id=demo,zone=us-central1-a"]),
     "ct-hpc-slurm6-tpu": (f"{FIXTURES}/community/examples/hpc-slurm6-tpu.yaml", ["--vars", VARS]),
     "ct-a3mega": (f"{FIXTURES}/{ML}/a3-megagpu-8g/a3mega-slurm-blueprint.yaml",
                   ["--vars", VARS, "--vars", "disk_size_gb=100,a3mega_cluster_size=128",
@@ -94,5 +95,5 @@ def test_packer_folder_for_the_cloud_build(tmp_path, capsys):
         ("demo", "debian-12", ["debian-cloud"])
     a = json.loads((folder / "ansible-vars.json").read_text())
     assert a["ctk_roles"] == ["common", "munge", "slurm", "jax"] and a["jax_stack_pins"]["jax"]
-    cmp = filecmp.dircmp(os.path.join(ROOT, "ansible"), out / "ansible")
+    cmp = filecmp.dircmp(paths.ANSIBLE, out / "ansible")
     assert not cmp.left_only and not cmp.right_only and not cmp.diff_files

@@ -1,4 +1,4 @@
-"""Unit tests for ctk.cluster.hostlist."""
+"""Unit tests for ctk.render.hostlist."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctk.cluster.hostlist import MAX_EXPAND, compress, expand
+from ctk.render.hostlist import MAX_EXPAND, compress, expand
 
 
 # ------------------------------------------------------------------------- compress

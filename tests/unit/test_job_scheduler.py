@@ -3,12 +3,11 @@ batched squeue for any number of jobs), the registry, log paths and bad input.""
 
 import json
 import os
-import subprocess
 import threading
 
 import pytest
 
-from ctk.blueprint.errors import UserError
+from ctk.errors import UserError
 from ctk.cli import main
 from ctk.jobs import commands, registry, scheduler
 from ctk.jobs.clusters import Cluster, LocalCluster, Result
@@ -140,7 +139,7 @@ def test_local_scripts_are_new_files_in_the_shared_home(dep):
 
 
 def test_local_completion_log_gives_the_last_run_of_a_requeued_job(dep, monkeypatch):
-    from ctk.cluster import local
+    from ctk.targets import local
     log = local.jobcomp_log(dep)
     os.makedirs(os.path.dirname(log))
     with open(log, "w") as f:

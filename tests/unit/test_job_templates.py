@@ -12,7 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import ROOT
-from ctk.blueprint.errors import UserError
+from ctk import paths
+from ctk.errors import UserError
 from ctk.cli import main
 from ctk.jobs import templates
 from ctk.model import Deployment
@@ -265,8 +266,20 @@ def test_templates_listing(capsys):
     assert "jax-train:" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("as_json", [[], ["--json"]])
+def test_no_templates_is_an_error_naming_the_folder(as_json, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("CTK_SBATCH_DIR", str(tmp_path))
+    assert main(["job", "templates", *as_json]) == 2
+    out = capsys.readouterr()
+    if as_json:  # --json prints the error as JSON on stdout
+        err = json.loads(out.out)["error"]
+        assert (err["kind"], err["exit_code"], err["message"]) == ("usage", 2, f"no job templates in {tmp_path}")
+    else:
+        assert out.out == "" and out.err.startswith(f"error: no job templates in {tmp_path}\n  hint: ")
+
+
 def test_smoke_example_is_embedded_verbatim():
-    with open(os.path.join(ROOT, "sbatch", "examples", "jax_smoke.py")) as f:
+    with open(os.path.join(paths.SBATCH, "examples", "jax_smoke.py")) as f:
         src = f.read()
     assert src in templates.render("jax-smoke", {}, [])
 

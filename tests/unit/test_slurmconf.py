@@ -1,10 +1,10 @@
-"""Unit tests for ctk.cluster.slurmconf: exact lines for hand-built deployments."""
+"""Unit tests for ctk.render.slurmconf: exact lines for hand-built deployments."""
 
 from __future__ import annotations
 
 import pytest
 
-from ctk.cluster.slurmconf import (
+from ctk.render.slurmconf import (
     NodeLayout,
     partition_nodes,
     render_cgroup_conf,

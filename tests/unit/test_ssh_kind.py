@@ -9,9 +9,11 @@ import sys
 
 import pytest
 
-from ctk.blueprint import BlueprintErrors, process
+from ctk import paths
+from ctk.blueprint import BlueprintErrors
+from ctk.plan import process
 from ctk.cli import main
-from ctk.cluster import ssh
+from ctk.targets import ssh
 from ctk.model import Deployment
 
 HEAD = """\
@@ -282,7 +284,7 @@ def test_site_playbook_parses():
     exe = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
     if not os.access(exe, os.X_OK):
         pytest.skip("ansible-playbook not installed")
-    site = os.path.join(os.path.dirname(__file__), "..", "..", "ansible", "site.yml")
+    site = os.path.join(paths.ANSIBLE, "site.yml")
     r = subprocess.run([exe, "--syntax-check", "-i", "localhost,", site, "-e", "ctk_phase=stop"],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr

@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from ctk.blueprint.errors import UserError
+from ctk.errors import UserError
 from ctk.stacks import LIBTPU_FOR_JAX, MIN_DRIVER, Stack, check_stack, get_stack, load_stacks
 from ctk.stacks.catalog import EXACT_VERSION_RE, normalize
 

@@ -7,8 +7,10 @@ import os
 import subprocess
 from typing import Callable, Mapping, Sequence
 
+from .errors import Failure
 
-class CommandError(RuntimeError):
+
+class CommandError(Failure):
     """A command failed: what ran, its exit code and the last lines it printed."""
 
     def __init__(self, argv: Sequence[str], returncode: int, tail: str, what: str = ""):

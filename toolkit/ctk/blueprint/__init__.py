@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from .errors import BlueprintError, BlueprintErrors, Collector, Pos, UserError
 
@@ -20,8 +20,11 @@ def __getattr__(name: str):
     raise AttributeError(name)
 
 
-def process(path: str, cli_vars: list[str] | tuple = (), deployment_file: str | None = None) -> "Expanded":
-    """Load, expand and validate a blueprint; raise BlueprintErrors listing every problem."""
+def process(path: str, cli_vars: list[str] | tuple = (), deployment_file: str | None = None,
+            then: "Callable[[Expanded, Collector], None] | None" = None) -> "Expanded":
+    """Load, expand and validate a blueprint; raise BlueprintErrors listing every problem.
+    THEN, if given, runs on a valid blueprint before errors are raised, so that its errors
+    (planning's, see ctk.plan.process) are reported with the others."""
     from .expand import collect_vars, expand
     from .load import load_file
     from .structure import check_structure
@@ -45,9 +48,8 @@ def process(path: str, cli_vars: list[str] | tuple = (), deployment_file: str | 
     var_sources = collect_vars(bp, dep, cli)
     exp = expand(bp, var_sources, c)
     validate(exp, c)
-    if not c:
-        from ..modules.plan import plan  # planning errors are blueprint errors too
-        exp.deployment = plan(exp, c)  # type: ignore[attr-defined]
+    if not c and then is not None:
+        then(exp, c)
     exp.sources = sources  # type: ignore[attr-defined]
     c.raise_if_any(sources)
     return exp

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass
 from typing import Iterable
+
+from ..errors import UserError, did_you_mean  # noqa: F401 - re-exported: blueprint code names them here
 
 
 @dataclass(frozen=True)
@@ -17,10 +18,6 @@ class Pos:
 
     def __str__(self) -> str:
         return f"{self.file}:{self.line}:{self.col}"
-
-
-class UserError(Exception):
-    """A mistake in the user's input. The CLI prints it and exits 2, without a traceback."""
 
 
 @dataclass
@@ -63,6 +60,13 @@ class BlueprintErrors(UserError):
     def render(self) -> str:
         return "\n".join(e.render(self.sources) for e in self.errors)
 
+    def __str__(self) -> str:
+        return self.render()
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "message": f"{len(self.errors)} error(s) in the blueprint", "hint": None,
+                "exit_code": self.exit_code, "errors": [e.to_dict() for e in self.errors]}
+
 
 class Collector:
     """Gathers errors during a pass so that all of them are reported at once."""
@@ -82,9 +86,3 @@ class Collector:
             key = lambda e: (e.pos is None, e.pos.file if e.pos else "", e.pos.line if e.pos else 0,
                              e.pos.col if e.pos else 0)
             raise BlueprintErrors(sorted(self.errors, key=key), sources)
-
-
-def did_you_mean(name: str, candidates: Iterable[str]) -> str:
-    """A hint naming the closest candidate, or '' when nothing is close."""
-    close = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
-    return f"did you mean '{close[0]}'?" if close else ""

@@ -94,7 +94,7 @@ def validate(exp: Expanded, c: Collector) -> None:
             if inp.required and inp.name not in em.settings and not em.opaque_use:
                 c.add(f"module '{mod.id}' ({mod.source}) needs setting '{inp.name}'",
                       doc.pos(mod.path + ("id",)),
-                      f"set it under settings, or 'use' a module that provides it"
+                      "set it under settings, or 'use' a module that provides it"
                       + (f" ({inp.doc})" if inp.doc else ""))
         if schema.outputs:
             for oi, o in enumerate(mod.outputs):

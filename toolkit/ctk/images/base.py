@@ -8,7 +8,7 @@ import json
 import os
 import shutil
 
-from ..blueprint.errors import UserError
+from ..errors import UserError
 from ..progress import Progress
 from ..runner import run
 from .store import Store

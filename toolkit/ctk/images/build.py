@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 
 from .. import paths
-from ..blueprint.errors import UserError
+from ..errors import Failure, UserError
 from ..model import ImageSpec
 from ..progress import Progress
 from ..runner import run
@@ -31,7 +31,7 @@ LAYER_VERSION = 1  # bump when the way layers are built changes
 KNOWN_ROLES = ("common", "munge", "slurm", "jax")
 
 
-class ImageBuildError(RuntimeError):
+class ImageBuildError(Failure):
     """A layer failed to build: names the image, the role, the task and its output."""
 
 

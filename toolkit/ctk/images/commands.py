@@ -7,7 +7,7 @@ import os
 import shutil
 import subprocess
 
-from ..blueprint.errors import UserError
+from ..errors import UserError
 from ..model import Deployment, ImageSpec
 from ..progress import Progress
 from .build import build_image, plan_layers

@@ -8,7 +8,7 @@ import os
 import shlex
 import shutil
 
-from ..blueprint.errors import UserError
+from ..errors import UserError
 from ..progress import Progress
 from ..runner import run
 from .store import Store
@@ -35,11 +35,11 @@ def export_image(name: str, fmt: str, out: str, store: Store | None = None, prog
         raise UserError(f"--format {fmt!r}: use one of {', '.join(FORMATS)}")
     rec = store.image(name)
     if rec is None:
-        raise UserError(f"no image '{name}' (built images: {', '.join(store.image_names()) or 'none'})\n"
-                        "  hint: ctk image build BLUEPRINT")
+        raise UserError(f"no image '{name}' (built images: {', '.join(store.image_names()) or 'none'})",
+                        hint="ctk image build BLUEPRINT")
     out = os.path.abspath(out)
     if os.path.exists(out) and not overwrite:
-        raise UserError(f"{out} already exists\n  hint: pass -w to overwrite it")
+        raise UserError(f"{out} already exists", hint="pass -w to overwrite it")
     work = store.scratch(f"export-{name}-{os.getpid()}")
     tmp_out = os.path.join(os.path.dirname(out), f".{os.path.basename(out)}.tmp-{os.getpid()}")
     q = shlex.quote(tmp_out)
@@ -55,7 +55,7 @@ def export_image(name: str, fmt: str, out: str, store: Store | None = None, prog
                           f"$(( size * 13 / 10 + 64 ))M")
             else:
                 if not shutil.which("buildah"):
-                    raise UserError("the oci format needs buildah\n  hint: apt-get install buildah")
+                    raise UserError("the oci format needs buildah", hint="apt-get install buildah")
                 storage = os.path.join(work, "containers")
                 b = f"buildah --root {shlex.quote(storage)}/root --runroot {shlex.quote(storage)}/run --storage-driver vfs"
                 tarball = shlex.quote(os.path.join(work, "rootfs.tar"))

@@ -13,14 +13,15 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable
 
+from ..ansible_out import recap_line
+from ..errors import Failure
 from ..runner import CommandError, run
 
 _TASK = re.compile(r"TASK \[(?:(?P<role>[^:\]]+) : )?(?P<task>[^\]]+)\]")
 _FAIL = re.compile(r"^(fatal|failed): \[[^\]]+\]")
-_RECAP = re.compile(r"ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)")
 
 
-class PackerError(RuntimeError):
+class PackerError(Failure):
     """A Packer build failed; names the role and task where Ansible stopped, if it did."""
 
     def __init__(self, message: str, role: str = "", task: str = "", output: str = ""):
@@ -50,9 +51,9 @@ class BuildLog:
         if _FAIL.match(text.strip()):
             self.failed = self.tasks[-1] if self.tasks else ("", "")
             self.failure_lines.append(text.strip())
-        m = _RECAP.search(text)
-        if m:
-            self.ok, self.changed = int(m.group(1)), int(m.group(2))
+        recap = recap_line(text)
+        if recap:
+            self.ok, self.changed = recap[1]["ok"], recap[1]["changed"]
         return None
 
 

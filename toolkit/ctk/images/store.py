@@ -10,7 +10,6 @@ place, so a failed or killed build never leaves a broken layer behind.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import shutil
@@ -18,6 +17,7 @@ import time
 from contextlib import contextmanager
 
 from .. import atomic
+from ..locks import lock_file
 
 
 def state_dir() -> str:
@@ -36,12 +36,8 @@ class Store:
     @contextmanager
     def lock(self):
         """One build at a time per store."""
-        with open(os.path.join(self.root, ".lock"), "w") as f:
-            fcntl.flock(f, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(f, fcntl.LOCK_UN)
+        with lock_file(os.path.join(self.root, ".lock")):
+            yield
 
     def layer_dir(self, key: str) -> str:
         return os.path.join(self.layers, key)

@@ -11,14 +11,15 @@ import sys
 from dataclasses import dataclass
 
 from .. import paths
+from ..errors import Failure
 from ..progress import Progress
 from ..runner import CommandError, run
 from . import buildnode
 from .store import Store
 
 
-class ImageVerifyError(RuntimeError):
-    pass
+class ImageVerifyError(Failure):
+    """A built image failed its checks."""
 
 
 @dataclass
@@ -39,9 +40,9 @@ def verify_image(name: str, store: Store | None = None, progress: Progress | Non
     record = os.path.join(work, "image.json")
     with open(record, "w") as f:
         json.dump(rec, f)
-    suites = [os.path.join(paths.TESTS_IMAGE, f"test_{r}.py") for r in rec["spec"]["roles"]
-              if os.path.exists(os.path.join(paths.TESTS_IMAGE, f"test_{r}.py"))]
-    suites.append(os.path.join(paths.TESTS_IMAGE, "test_functional.py"))
+    suites = [os.path.join(paths.VERIFY, f"test_{r}.py") for r in rec["spec"]["roles"]
+              if os.path.exists(os.path.join(paths.VERIFY, f"test_{r}.py"))]
+    suites.append(os.path.join(paths.VERIFY, "test_functional.py"))
     with progress.step(f"verify image {name} ({len(suites)} suites)"):
         node = buildnode.boot(store.lowerdirs(rec["layers"]), work)
         try:
@@ -49,11 +50,15 @@ def verify_image(name: str, store: Store | None = None, progress: Progress | Non
             with open(ssh_config, "w") as f:
                 f.write(f"Host {node.addr}\n  Port {node.port}\n  User root\n  IdentityFile {node.private_key}\n"
                         "  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n")
-            env = {**os.environ, "CTK_IMAGE_VERIFY": "1", "CTK_IMAGE_RECORD": record}
+            # No bytecode written into the installed package, which may be read-only.
+            env = {**os.environ, "CTK_IMAGE_RECORD": record, "PYTHONDONTWRITEBYTECODE": "1"}
+            # The suites' own pytest.ini: no configuration above the installed package applies.
+            ini = os.path.join(paths.VERIFY, "pytest.ini")
             try:
-                tail = run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", paths.REPO,
-                            f"--hosts=ssh://root@{node.addr}", f"--ssh-config={ssh_config}", *suites],
-                           env=env, cwd=paths.REPO, on_line=progress.task, tail_lines=60)
+                tail = run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c", ini,
+                            "--rootdir", paths.VERIFY, f"--hosts=ssh://root@{node.addr}",
+                            f"--ssh-config={ssh_config}", *suites],
+                           env=env, cwd=paths.VERIFY, on_line=progress.task, tail_lines=60)
             except CommandError as e:
                 raise ImageVerifyError(f"image '{name}' failed verification:\n{e.tail}") from None
         finally:

@@ -14,9 +14,9 @@ import os
 import time
 from typing import Any, Iterable, Sequence
 
-from ..blueprint.errors import UserError
+from ..errors import UserError
 from . import registry, scheduler, templates
-from .clusters import Cluster, LocalCluster
+from .clusters import Cluster
 
 POLL_START, POLL_MAX = 0.2, 5.0
 

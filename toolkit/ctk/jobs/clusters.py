@@ -1,361 +1,24 @@
-"""Where jobs go: a local deployment, or a login host reached over SSH.
+"""Where jobs go: a cluster object for each way of naming one.
 
-Both kinds answer the same few questions, so everything above (scheduler, api, commands) is
-written once:
-
-- `run(argv)`: run a Slurm command (sbatch, squeue, scontrol, scancel, sacct) on the cluster;
-- `put_script(text, name)`: store a batch script where `run(["sbatch", ...])` reads it; its path;
-- `jobs_dir`: the folder, as the cluster sees it, where scripts and relative logs live;
-- `read(path, offset)`: a log file's bytes from OFFSET (b"" while it does not exist);
-- `forgotten(ids)`: final states of jobs that squeue no longer lists (accounting, or the
-  lab's job completion log), as {id: (state, exit code)};
-- `registry_dir`: where the local registry of the cluster's jobs lives (jobs.jsonl).
-
-A `HereCluster` is the Slurm cluster this machine submits to (a login node: its own
-sbatch, squeue, ... and SLURM_CONF if set), with scripts in ~/.ctk-jobs on the shared home.
-A `LocalCluster` is a lab deployment folder on this machine: Slurm's commands reach it
-through its SLURM_CONF, and its shared /home is a folder here. An `SshCluster` is
-`user@host[:port]`: Fabric runs the commands there and SFTP moves the files, as if typed
-on the login node.
+- `--host USER@HOST[:PORT]`: a login node over SSH (`SshCluster`, Fabric);
+- `--deployment DIR`: the cluster its target hands over (a lab on this machine, or the ssh
+  target's login host);
+- neither: this machine's own Slurm, as on a login node (`HereCluster`).
 """
 
 from __future__ import annotations
 
-import io
 import os
-import re
-import shlex
-import subprocess
-import time
-from dataclasses import dataclass
-from typing import Sequence
 
-from ..blueprint.errors import UserError
-from ..cluster.daemons import DaemonError
-
-JOBS_SUBDIR = ".ctk-jobs"
-NODE_HOME = "/home"
-NODE_JOBS_DIR = f"{NODE_HOME}/{JOBS_SUBDIR}"
-
-
-class SlurmError(DaemonError):
-    """A Slurm command failed or the cluster did not answer: exit 1, not a usage error."""
-
-
-@dataclass
-class Result:
-    returncode: int
-    stdout: str
-    stderr: str
-
-
-def _script_name(name: str) -> str:
-    stamp = time.strftime("%Y%m%dT%H%M%S") + f"{time.time() % 1:.6f}"[1:]
-    safe = re.sub(r"[^A-Za-z0-9_.+-]", "_", name) or "job"
-    return f"{safe}-{stamp}-{os.getpid()}"
-
-
-def parse_kv_line(line: str) -> dict[str, str]:
-    """`Key=Value Key=Value ...` (scontrol -o, jobcomp/filetxt) as a dict."""
-    return dict(tok.split("=", 1) for tok in line.split() if "=" in tok)
-
-
-def exit_of(text: str) -> int | None:
-    """Slurm's ExitCode `N:S` as a shell-style code (a signal S gives 128+S); None if unreadable."""
-    code, _, sig = (text or "").partition(":")
-    try:
-        code_i, sig_i = int(code), int(sig or 0)
-    except ValueError:
-        return None
-    return code_i if code_i or not sig_i else 128 + sig_i
-
-
-class Cluster:
-    key: str = ""
-    jobs_dir: str = NODE_JOBS_DIR
-    registry_dir: str = ""
-
-    def run(self, argv: Sequence[str], timeout: float = 30, stdin: str | None = None) -> Result:
-        raise NotImplementedError
-
-    def put_script(self, text: str, name: str) -> str:
-        raise NotImplementedError
-
-    def read(self, path: str, offset: int = 0) -> bytes:
-        raise NotImplementedError
-
-    def forgotten(self, ids: Sequence[str]) -> dict[str, tuple[str, int | None]]:
-        return self._sacct(ids)
-
-    def deployment_dir(self) -> str | None:
-        return None
-
-    def close(self) -> None:
-        pass
-
-    def _sacct(self, ids: Sequence[str]) -> dict[str, tuple[str, int | None]]:
-        """One sacct call for IDS; {} where the cluster keeps no accounting."""
-        if not ids:
-            return {}
-        r = self.run(["sacct", "-n", "-P", "-X", "-j", ",".join(ids), "-o", "JobIDRaw,State,ExitCode"])
-        if r.returncode != 0:
-            return {}
-        out: dict[str, tuple[str, int | None]] = {}
-        for line in r.stdout.splitlines():
-            f = line.strip().split("|")
-            if len(f) >= 3 and f[0] in ids:
-                out[f[0]] = (f[1].split()[0] if f[1] else "UNKNOWN", exit_of(f[2]))  # "CANCELLED by 0"
-        return out
-
-
-def _state_home() -> str:
-    return os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-
-
-class HereCluster(Cluster):
-    """The cluster this machine is a submit host of: Slurm's commands as they are here."""
-
-    def __init__(self, jobs_dir: str | None = None):
-        conf = os.environ.get("SLURM_CONF") or "/etc/slurm/slurm.conf"
-        self.conf = os.path.abspath(conf)
-        self.key = f"here:{self.conf}"
-        self.registry_dir = os.path.join(_state_home(), "ctk", "here", re.sub(r"[^A-Za-z0-9_.-]", "_", self.conf.strip("/")))
-        self.jobs_dir = os.path.abspath(jobs_dir or os.path.join(os.path.expanduser("~"), JOBS_SUBDIR))
-
-    def __repr__(self) -> str:
-        return f"HereCluster({self.conf!r})"
-
-    def check(self) -> "HereCluster":
-        import shutil
-
-        if not shutil.which("sbatch"):
-            raise UserError("this machine has no Slurm commands (sbatch is not on PATH), and no cluster was named\n"
-                            "  hint: --deployment DIR (a local deployment) or --host USER@HOST (a login node)")
-        return self
-
-    def _env(self) -> dict[str, str]:
-        return dict(os.environ)
-
-    def run(self, argv: Sequence[str], timeout: float = 30, stdin: str | None = None) -> Result:
-        try:
-            r = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, env=self._env(),
-                               input=stdin, stdin=None if stdin is not None else subprocess.DEVNULL)
-        except FileNotFoundError:
-            raise UserError(f"{argv[0]}: not installed on this machine") from None
-        except subprocess.TimeoutExpired:
-            raise SlurmError(f"{argv[0]}: no answer from the cluster within {timeout:.0f}s") from None
-        return Result(r.returncode, r.stdout, r.stderr)
-
-    def host_path(self, path: str) -> str | None:
-        """Where the cluster's PATH lies on this machine (here: the same place)."""
-        return path if path.startswith("/") else os.path.join(self.jobs_dir, path)
-
-    def put_script(self, text: str, name: str) -> str:
-        d = self.host_path(self.jobs_dir)
-        assert d is not None
-        os.makedirs(d, exist_ok=True)
-        base = _script_name(name)
-        for i in range(1000):
-            fname = f"{base}{'' if i == 0 else f'-{i}'}.sbatch"
-            try:
-                fd = os.open(os.path.join(d, fname), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            except FileExistsError:
-                continue
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(text)
-            return os.path.join(d, fname)  # sbatch runs on this machine
-        raise SlurmError(f"cannot name a new script in {d}")
-
-    def read(self, path: str, offset: int = 0) -> bytes:
-        hp = self.host_path(path)
-        if hp is None:
-            return b""
-        try:
-            with open(hp, "rb") as f:
-                f.seek(offset)
-                return f.read()
-        except FileNotFoundError:
-            return b""
-
-
-class LocalCluster(HereCluster):
-    """A deployment folder deployed on this machine's local target (a lab)."""
-
-    def __init__(self, deployment_dir: str):
-        self.dir = os.path.abspath(deployment_dir)
-        self.key = self.dir
-        self.registry_dir = self.dir
-        self.jobs_dir = NODE_JOBS_DIR
-        self._env_cache: dict[str, str] | None = None
-
-    def __repr__(self) -> str:
-        return f"LocalCluster({self.dir!r})"
-
-    def deployment_dir(self) -> str:
-        return self.dir
-
-    def check(self) -> "LocalCluster":
-        from ..cluster import local, ssh
-
-        if not os.path.isfile(os.path.join(self.dir, "deployment.json")):
-            raise UserError(f"--deployment {self.dir}: no deployment.json there\n"
-                            "  hint: create and deploy it with 'ctk deploy BLUEPRINT -o DIR'")
-        if ssh.is_ssh_deployment(self.dir):
-            raise UserError(f"--deployment {self.dir}: an ssh-target deployment, not a local one")
-        if local.load_state(self.dir) is None:
-            raise UserError(f"--deployment {self.dir}: not deployed on the local target\n"
-                            f"  hint: ctk deploy BLUEPRINT -o {self.dir}")
-        return self
-
-    def _env(self) -> dict[str, str]:
-        from ..cluster import local
-
-        if self._env_cache is None:
-            self._env_cache = {**os.environ, **local.slurm_env(self.dir)}
-        return self._env_cache
-
-    def host_path(self, node_path: str) -> str | None:
-        """Where NODE_PATH (absolute, or relative to the jobs folder) lies on this machine;
-        None outside the shared /home."""
-        p = os.path.normpath(node_path if node_path.startswith("/") else os.path.join(NODE_JOBS_DIR, node_path))
-        if p != NODE_HOME and not p.startswith(NODE_HOME + "/"):
-            return None
-        return os.path.join(self.dir, "lab", "home", os.path.relpath(p, NODE_HOME))
-
-    def forgotten(self, ids: Sequence[str]) -> dict[str, tuple[str, int | None]]:
-        """The lab has no accounting database; slurmctld writes one line per finished job to
-        its job completion log (jobcomp/filetxt), kept in the deployment folder."""
-        from ..cluster import local
-
-        want = set(ids)
-        out: dict[str, tuple[str, int | None]] = {}
-        try:
-            with open(local.jobcomp_log(self.dir), encoding="utf-8", errors="replace") as f:
-                for line in f:  # a requeued job has a line per run: the last one wins
-                    rec = parse_kv_line(line)
-                    if rec.get("JobId") in want:
-                        out[rec["JobId"]] = (rec.get("JobState", "UNKNOWN"), exit_of(rec.get("ExitCode", "")))
-        except FileNotFoundError:
-            pass
-        return out
-
-
-class SshCluster(Cluster):
-    """A login node reached over SSH with Fabric: `user@host[:port]` or a Host of the SSH
-    config (~/.ssh/config, or SSH_CONFIG given). Scripts go to ~/.ctk-jobs on the login node,
-    which is expected to be on the cluster's shared home."""
-
-    def __init__(self, host: str, identity: str | None = None, ssh_config: str | None = None,
-                 connect_timeout: float = 15, known_hosts: str | None = None, registry_dir: str | None = None,
-                 deployment: str | None = None):
-        import fabric
-        import paramiko
-
-        if not re.fullmatch(r"(?:[^@\s]+@)?[A-Za-z0-9_.:\[\]-]+", host or ""):
-            raise UserError(f"--host {host!r}: expected USER@HOST[:PORT] or a Host of your SSH config")
-        if ssh_config is not None and not os.path.isfile(ssh_config):
-            raise UserError(f"--ssh-config {ssh_config}: no such file")
-        if identity is not None and not os.path.isfile(identity):
-            raise UserError(f"--identity {identity}: no such file")
-        cfg = fabric.Config(runtime_ssh_path=ssh_config) if ssh_config else fabric.Config()
-        kwargs = {"key_filename": [identity]} if identity else {}
-        self.conn = fabric.Connection(host, config=cfg, connect_timeout=connect_timeout, connect_kwargs=kwargs)
-        # Fabric accepts any host key by default. Check the keys ssh would check: the user's
-        # known_hosts and the config's UserKnownHostsFile; refuse unknown hosts where the
-        # config says StrictHostKeyChecking yes.
-        c = self.conn.client
-        files = [os.path.expanduser("~/.ssh/known_hosts"), *_as_list(self.conn.ssh_config.get("userknownhostsfile"))]
-        for f in files + ([known_hosts] if known_hosts else []):
-            f = os.path.expanduser(f)
-            if os.path.isfile(f):
-                c.load_host_keys(f)
-        if known_hosts or str(self.conn.ssh_config.get("stricthostkeychecking", "")).lower() == "yes":
-            c.set_missing_host_key_policy(paramiko.RejectPolicy())
-        self.host = host
-        self.key = f"ssh://{self.conn.user}@{self.conn.host}:{self.conn.port}"
-        self.registry_dir = registry_dir or os.path.join(
-            _state_home(), "ctk", "hosts", re.sub(r"[^A-Za-z0-9_.@-]", "_", f"{self.conn.user}@{self.conn.host}_{self.conn.port}"))
-        self._deployment = deployment
-        self._sftp = None
-        self._home: str | None = None
-
-    def __repr__(self) -> str:
-        return f"SshCluster({self.key!r})"
-
-    def deployment_dir(self) -> str | None:
-        return self._deployment
-
-    def _open(self):
-        import paramiko
-
-        try:
-            self.conn.open()
-        except paramiko.BadHostKeyException as e:
-            raise SlurmError(f"--host {self.host}: the host key does not match the known one ({e})") from None
-        except paramiko.SSHException as e:
-            raise SlurmError(f"--host {self.host}: {e}\n  hint: is its key in known_hosts?") from None
-        except (OSError, EOFError) as e:
-            raise SlurmError(f"--host {self.host}: cannot connect: {e}") from None
-
-    @property
-    def sftp(self):
-        if self._sftp is None:
-            self._open()
-            self._sftp = self.conn.sftp()
-        return self._sftp
-
-    @property
-    def jobs_dir(self) -> str:  # type: ignore[override]
-        if self._home is None:
-            self._home = self.sftp.normalize(".")
-        return f"{self._home.rstrip('/')}/{JOBS_SUBDIR}"
-
-    def run(self, argv: Sequence[str], timeout: float = 30, stdin: str | None = None) -> Result:
-        self._open()
-        try:
-            r = self.conn.run(shlex.join(argv), hide=True, warn=True, timeout=timeout,
-                              in_stream=io.StringIO(stdin) if stdin is not None else False)
-        except Exception as e:  # invoke's CommandTimedOut and connection errors
-            if type(e).__name__ == "CommandTimedOut":
-                raise SlurmError(f"{argv[0]} on {self.host}: no answer within {timeout:.0f}s") from None
-            raise SlurmError(f"{argv[0]} on {self.host}: {e}") from None
-        if r.return_code == 127 and "not found" in r.stderr:
-            raise SlurmError(f"{argv[0]}: not installed on {self.host}")
-        return Result(r.return_code, r.stdout, r.stderr)
-
-    def put_script(self, text: str, name: str) -> str:
-        d = self.jobs_dir
-        try:
-            self.sftp.stat(d)
-        except FileNotFoundError:
-            self.sftp.mkdir(d, 0o755)
-        path = f"{d}/{_script_name(name)}.sbatch"
-        self.sftp.putfo(io.BytesIO(text.encode("utf-8")), path)
-        return path
-
-    def read(self, path: str, offset: int = 0) -> bytes:
-        p = path if path.startswith("/") else f"{self.jobs_dir}/{path}"
-        try:
-            with self.sftp.open(p, "rb") as f:
-                f.seek(offset)
-                return f.read()
-        except FileNotFoundError:
-            return b""
-
-    def close(self) -> None:
-        self.conn.close()
-
-
-def _as_list(v) -> list[str]:
-    if v is None:
-        return []
-    return list(v) if isinstance(v, (list, tuple)) else str(v).split()
+from ..connect.base import (JOBS_SUBDIR, NODE_HOME, NODE_JOBS_DIR, Cluster, HereCluster, Result, SlurmError,
+                            SshCluster, exit_of, parse_kv_line)
+from ..errors import UserError
 
 
 def open_cluster(deployment: str | None = None, host: str | None = None, identity: str | None = None,
                  ssh_config: str | None = None) -> Cluster:
-    """The cluster the command line names: --host (over SSH), --deployment (a lab on this
-    machine), or neither: the cluster this machine's own Slurm commands reach."""
+    """The cluster the command line names: --host (over SSH), --deployment (a deployment's
+    cluster), or neither: the cluster this machine's own Slurm commands reach."""
     if host:
         return SshCluster(host, identity, ssh_config)
     if identity or ssh_config:
@@ -366,20 +29,24 @@ def open_cluster(deployment: str | None = None, host: str | None = None, identit
 
 
 def deployment_cluster(deployment: str) -> Cluster:
-    """The cluster of a deployment folder: a lab on this machine (local target), or the ssh
-    target's machines, reached through a login host (else the controller) over SSH with the
-    key and known_hosts that `ctk deploy` used."""
-    from ..cluster import ssh
+    """The cluster of a deployment folder, as its target hands it over."""
+    from .. import targets
+
     if not os.path.isdir(deployment):
-        raise UserError(f"--deployment {deployment}: no such folder\n"
-                        "  hint: deploy a cluster with 'ctk deploy BLUEPRINT -o DIR'")
-    if ssh.is_ssh_deployment(deployment):
-        state = ssh.load_state(deployment)
-        if state is None:
-            raise UserError(f"--deployment {deployment}: not deployed yet\n  hint: ctk deploy BLUEPRINT -o {deployment}")
-        hosts = sorted(state["hosts"], key=lambda h: {"login": 0, "controller": 1}.get(h["role"], 2))
-        h = hosts[0]
-        return SshCluster(f"{h['user']}@{h['host']}:{h['port']}", identity=h.get("key"),
-                          known_hosts=os.path.join(ssh.ssh_dir(deployment), "known_hosts"),
-                          registry_dir=os.path.abspath(deployment), deployment=os.path.abspath(deployment))
-    return LocalCluster(deployment).check()
+        raise UserError(f"--deployment {deployment}: no such folder",
+                        hint="deploy a cluster with 'ctk deploy BLUEPRINT -o DIR'")
+    if targets.target_of_folder(deployment) is None:
+        raise UserError(f"--deployment {deployment}: no deployment.json there",
+                        hint="create and deploy it with 'ctk deploy BLUEPRINT -o DIR'")
+    return targets.of_folder(deployment).job_cluster(deployment)
+
+
+def __getattr__(name: str):
+    if name == "LocalCluster":  # the lab's cluster lives with its target
+        from ..targets.local import LabCluster
+        return LabCluster
+    raise AttributeError(name)
+
+
+__all__ = ["JOBS_SUBDIR", "NODE_HOME", "NODE_JOBS_DIR", "Cluster", "HereCluster", "Result", "SlurmError",
+           "SshCluster", "exit_of", "open_cluster", "deployment_cluster", "parse_kv_line"]

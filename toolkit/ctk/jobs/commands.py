@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
 import time
+from dataclasses import dataclass
 
-from ..blueprint.errors import UserError
+from ..errors import UserError
 from . import templates
 
 
@@ -16,7 +16,7 @@ def parse_sets(sets: list[str], nodes: str | None) -> dict[str, str]:
     for s in sets:
         key, eq, value = s.partition("=")
         if not eq or not key.strip():
-            raise UserError(f"--set {s}: expected K=V\n  hint: --set nodes=2")
+            raise UserError(f"--set {s}: expected K=V", hint="--set nodes=2")
         out[key.strip()] = value
     if nodes is not None:
         out["nodes"] = nodes
@@ -40,7 +40,11 @@ def check_script(script: str, cluster) -> tuple[bool, str]:
 
 
 def templates_text(as_json: bool) -> str:
-    tpls = [templates.load_template(n) for n in templates.list_templates()]
+    names = templates.list_templates()
+    if not names:  # an empty list would hide a broken install or a wrong CTK_SBATCH_DIR
+        raise UserError(f"no job templates in {templates.template_dir()}",
+                        hint=f"templates are files NAME{templates.SUFFIX} there; CTK_SBATCH_DIR names another folder")
+    tpls = [templates.load_template(n) for n in names]
     if as_json:
         return json.dumps([t.to_dict() for t in tpls], indent=2) + "\n"
     out = []
@@ -55,63 +59,86 @@ def templates_text(as_json: bool) -> str:
 
 # ---- submit and follow (ctk job submit/status/logs/cancel/list) ----------------------------
 
-def cluster_of(args):
+@dataclass(frozen=True)
+class ClusterRef:
+    """The flags that name a cluster: --deployment, or --host with --identity / --ssh-config;
+    none: this machine's own Slurm."""
+
+    deployment: str | None = None
+    host: str | None = None
+    identity: str | None = None
+    ssh_config: str | None = None
+
+    def open(self):
+        from .clusters import open_cluster
+
+        return open_cluster(self.deployment, self.host, self.identity, self.ssh_config)
+
+    def flags(self) -> str:
+        """The flags again, for hints."""
+        if self.host:
+            return f"--host {self.host}" + (f" --ssh-config {self.ssh_config}" if self.ssh_config else "")
+        return f"--deployment {self.deployment}"
+
+
+@dataclass(frozen=True)
+class SubmitRequest:
+    template: str
+    sets: tuple[str, ...]
+    nodes: str | None
+    nodeset: str | None
+    command: tuple[str, ...]
+    cluster: ClusterRef
+    sbatch_args: tuple[str, ...] = ()
+
+
+def cluster_of(ref: ClusterRef):
     """The cluster named by --host (with --identity/--ssh-config) or --deployment."""
-    from .clusters import open_cluster
-
-    return open_cluster(getattr(args, "deployment", None), getattr(args, "host", None),
-                        getattr(args, "identity", None), getattr(args, "ssh_config", None))
+    return ref.open()
 
 
-def where(args) -> str:
-    """The flags that name the cluster, for hints."""
-    if getattr(args, "host", None):
-        return f"--host {args.host}" + (f" --ssh-config {args.ssh_config}" if getattr(args, "ssh_config", None) else "")
-    return f"--deployment {args.deployment}"
-
-
-def submit_cli(args):
+def submit_cli(req: SubmitRequest):
     from .api import submit
 
-    extra = list(getattr(args, "sbatch_args", []) or [])
+    extra = list(req.sbatch_args)
     for opt in extra:
         if not opt.startswith("-") or opt in ("-", "--") or "\n" in opt:
-            raise UserError(f"--sbatch {opt!r}: an sbatch option such as --dependency=afterok:12, as one word\n"
-                            "  hint: --sbatch=--hold")
-    cluster = cluster_of(args)
-    deployment = args.deployment if args.host else None
-    return submit(args.template, parse_sets(args.sets, args.nodes), cluster, args.command, args.nodeset,
+            raise UserError(f"--sbatch {opt!r}: an sbatch option such as --dependency=afterok:12, as one word",
+                            hint="--sbatch=--hold")
+    cluster = cluster_of(req.cluster)
+    deployment = req.cluster.deployment if req.cluster.host else None
+    return submit(req.template, parse_sets(list(req.sets), req.nodes), cluster, list(req.command), req.nodeset,
                   extra_args=extra, deployment=deployment)
 
 
-def load_job(job_id: str, args):
+def load_job(job_id: str, ref: ClusterRef):
     """(the Job, the array task asked for or None): ID may be an array task, 12_3."""
     from . import registry
     from .api import Job
 
-    cluster = cluster_of(args)
+    cluster = cluster_of(ref)
     base, _, task = str(job_id).partition("_")
-    rec = registry.get(cluster.registry_dir, base, where(args))
+    rec = registry.get(cluster.registry_dir, base, ref.flags())
     job = Job(base, cluster, rec)
     if task and task not in job.tasks:
-        raise UserError(f"job {job_id}: job {base} has no array task {task!r}"
-                        + (f"\n  hint: tasks {', '.join(job.tasks)}" if job.tasks else ""))
+        raise UserError(f"job {job_id}: job {base} has no array task {task!r}",
+                        hint=f"tasks {', '.join(job.tasks)}" if job.tasks else "")
     return job, task or None
 
 
-def status_rows(ids: list[str], args) -> list[dict]:
+def status_rows(ids: list[str], ref: ClusterRef) -> list[dict]:
     """One row per job asked about (every registered job when IDS is empty): one squeue call,
     and for jobs Slurm has forgotten, one accounting / completion-log query."""
     from . import registry, scheduler
 
-    cluster = cluster_of(args)
+    cluster = cluster_of(ref)
     d = cluster.registry_dir
     recs = registry.load(d)
     if ids:
         by_id = {str(r["id"]): r for r in recs}
         for j in ids:
             if j not in by_id:
-                registry.get(d, j, where(args))  # raises the UserError with its hint
+                registry.get(d, j, ref.flags())  # raises the UserError with its hint
         recs = [by_id[j] for j in ids]
     known = {str(r["id"]): r["final_state"] for r in recs if r.get("final_state")}
     st = scheduler.states(cluster, [str(r["id"]) for r in recs], known)
@@ -131,10 +158,10 @@ def status_text(rows: list[dict], as_json: bool) -> str:
     return _table(rows, ("id", "state", "template"))
 
 
-def list_text(args, as_json: bool) -> str:
+def list_text(ref: ClusterRef, as_json: bool) -> str:
     from . import registry
 
-    recs = registry.load(cluster_of(args).registry_dir)
+    recs = registry.load(cluster_of(ref).registry_dir)
     if as_json:
         return json.dumps(recs, indent=2) + "\n"
     rows = [{"id": str(r["id"]), "template": r.get("template", ""),
@@ -159,7 +186,6 @@ def follow(job, out, poll: float = 0.2, poll_max: float = 1.0, print_logs: bool 
     state. PROGRESS, if given, gets a line each time the job's state changes."""
     import codecs
 
-    from . import scheduler
 
     whole = bool(job.tasks) and task is None  # every array task's log, under headers
     pos = 0

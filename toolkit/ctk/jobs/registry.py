@@ -7,12 +7,12 @@ final state and exit code, once seen), so status works after Slurm forgets the j
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 from typing import Any
 
-from ..blueprint.errors import UserError
+from ..errors import UserError
+from ..locks import held
 
 FILE = "jobs.jsonl"
 
@@ -27,14 +27,11 @@ def append(deployment_dir: str, record: dict[str, Any]) -> None:
     os.makedirs(deployment_dir, mode=0o700, exist_ok=True)
     fd = os.open(path(deployment_dir), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        try:
+        with held(fd):
             view = memoryview(line)
             while view:
                 view = view[os.write(fd, view):]
             os.fsync(fd)
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
 
@@ -45,8 +42,7 @@ def load(deployment_dir: str) -> list[dict[str, Any]]:
         f = open(path(deployment_dir), encoding="utf-8")
     except FileNotFoundError:
         return []
-    with f:
-        fcntl.flock(f.fileno(), fcntl.LOCK_SH)
+    with f, held(f.fileno(), shared=True):
         text = f.read()
     by_id: dict[str, dict[str, Any]] = {}
     for line in text.splitlines():
@@ -70,5 +66,5 @@ def get(deployment_dir: str, job_id: str, where: str = "") -> dict[str, Any]:
         if str(rec["id"]) == base:
             return rec
     where = where or f"--deployment {deployment_dir}"
-    raise UserError(f"job {job_id}: not submitted through ctk to this cluster\n"
-                    f"  hint: ctk job list {where}")
+    raise UserError(f"job {job_id}: not submitted through ctk to this cluster",
+                    hint=f"ctk job list {where}")

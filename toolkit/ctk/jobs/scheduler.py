@@ -12,7 +12,7 @@ import posixpath
 import re
 from typing import Iterable, Sequence
 
-from .clusters import Cluster, SlurmError, exit_of, parse_kv_line
+from ..connect.base import Cluster, SlurmError, exit_of, parse_kv_line
 
 __all__ = ["SlurmError", "FINAL_STATES", "UNKNOWN", "submit", "states", "exit_code", "cancel", "log_paths"]
 

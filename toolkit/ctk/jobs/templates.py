@@ -27,7 +27,7 @@ import jinja2
 import yaml
 
 from .. import paths
-from ..blueprint.errors import UserError, did_you_mean
+from ..errors import UserError, did_you_mean
 from ..model import Deployment, Nodeset
 
 SUFFIX = ".sbatch.j2"
@@ -104,8 +104,8 @@ def list_templates() -> list[str]:
 def _parse_block(text: str, where: str, depth: int = 0) -> tuple[list[Param], str]:
     m = _BLOCK.match(text)
     if not m:
-        raise UserError(f"{where}: no parameter block at the top\n"
-                        "  hint: start the template with '{#- ctk-params:' followed by a YAML list")
+        raise UserError(f"{where}: no parameter block at the top",
+                        hint="start the template with '{#- ctk-params:' followed by a YAML list")
     try:
         raw = yaml.safe_load(m.group(1)) or []
     except yaml.YAMLError as e:
@@ -179,8 +179,8 @@ def load_template(name: str) -> Template:
 def _load_template(name: str) -> Template:
     names = list_templates()
     if name not in names:
-        hint = did_you_mean(name, names) or f"templates: {', '.join(names) or '(none)'}"
-        raise UserError(f"unknown template {name!r}\n  hint: {hint} (see 'ctk job templates')")
+        hint = did_you_mean(name, names) or f"templates: {', '.join(names) or f'(none in {template_dir()})'}"
+        raise UserError(f"unknown template {name!r}", hint=f"{hint} (see 'ctk job templates')")
     path = os.path.join(template_dir(), name + SUFFIX)
     with open(path, encoding="utf-8") as f:
         own, desc = _parse_block(f.read(), path)
@@ -301,8 +301,8 @@ def shsplit(value: str) -> list[str]:
 def envname(value: str) -> str:
     """VALUE if it is a valid environment variable name, else a UserError."""
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,127}", value):
-        raise UserError(f"{value!r} is not an environment variable name\n"
-                        "  hint: NAME=VALUE, NAME of letters, digits and _")
+        raise UserError(f"{value!r} is not an environment variable name",
+                        hint="NAME=VALUE, NAME of letters, digits and _")
     return value
 
 
@@ -344,8 +344,8 @@ def pick_nodeset(cluster: Deployment, nodeset: str | None) -> tuple[Nodeset, str
         return cluster.nodesets[0], None
     if nodeset not in names:
         hint = did_you_mean(nodeset, names) or f"nodesets: {', '.join(names) or '(none)'}"
-        raise UserError(f"--nodeset {nodeset}: no such nodeset in deployment {cluster.deployment_name!r}\n"
-                        f"  hint: {hint}")
+        raise UserError(f"--nodeset {nodeset}: no such nodeset in deployment {cluster.deployment_name!r}",
+                        hint=f"{hint}")
     parts = [p for p in cluster.partitions if nodeset in p.nodesets]
     parts.sort(key=lambda p: not p.is_default)
     return cluster.nodeset(nodeset), parts[0].name if parts else None
@@ -376,8 +376,8 @@ def resolve_params(tpl: Template, params: dict[str, Any], facts: dict[str, Any] 
     for k in params:
         if k not in tpl.params:
             hint = did_you_mean(k, tpl.params) or f"parameters: {', '.join(tpl.params)}"
-            raise UserError(f"--set {k}=...: template {tpl.name!r} has no parameter {k!r}\n"
-                            f"  hint: {hint} (see 'ctk job templates')")
+            raise UserError(f"--set {k}=...: template {tpl.name!r} has no parameter {k!r}",
+                            hint=f"{hint} (see 'ctk job templates')")
     out: dict[str, Any] = {}
     missing = []
     for name, p in tpl.params.items():
@@ -391,8 +391,8 @@ def resolve_params(tpl: Template, params: dict[str, Any], facts: dict[str, Any] 
             out[name] = p.default
     if missing:
         p = missing[0]
-        raise UserError(f"template {tpl.name!r} needs parameter {p.name!r} ({p.type}: {p.help})\n"
-                        f"  hint: --set {p.name}=VALUE")
+        raise UserError(f"template {tpl.name!r} needs parameter {p.name!r} ({p.type}: {p.help})",
+                        hint=f"--set {p.name}=VALUE")
     return out
 
 
@@ -402,7 +402,7 @@ def render(name: str, params: dict[str, Any], command: list[str] | None = None,
     tpl = load_template(name)
     facts = cluster_facts(cluster, nodeset) if cluster is not None else None
     if cluster is None and nodeset is not None:
-        raise UserError("--nodeset needs --deployment DIR\n  hint: ctk job render ... --deployment DIR --nodeset NAME")
+        raise UserError("--nodeset needs --deployment DIR", hint="ctk job render ... --deployment DIR --nodeset NAME")
     values = resolve_params(tpl, dict(params), facts)
     argv = [str(a) for a in (command or [])]
     if any("\x00" in a for a in argv):
@@ -411,7 +411,7 @@ def render(name: str, params: dict[str, Any], command: list[str] | None = None,
     try:
         return _environment().get_template(name + SUFFIX).render(ctx)
     except jinja2.UndefinedError as e:
-        raise UserError(f"template {name!r}: {e}\n  hint: the template uses a value it does not declare") from None
+        raise UserError(f"template {name!r}: {e}", hint="the template uses a value it does not declare") from None
 
 
 _DEPLOYMENTS: dict[tuple, Deployment] = {}
@@ -433,7 +433,7 @@ def load_deployment(folder: str) -> Deployment:
             _DEPLOYMENTS[key] = dep
         return _DEPLOYMENTS[key]
     except FileNotFoundError:
-        raise UserError(f"--deployment {folder}: no deployment.json there\n"
-                        "  hint: create it with 'ctk create BLUEPRINT -o DIR'") from None
+        raise UserError(f"--deployment {folder}: no deployment.json there",
+                        hint="create it with 'ctk create BLUEPRINT -o DIR'") from None
     except (ValueError, TypeError) as e:
         raise UserError(f"--deployment {folder}: cannot read deployment.json: {e}") from None

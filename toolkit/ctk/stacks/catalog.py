@@ -14,10 +14,11 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ctk import paths
 from ctk.blueprint.errors import BlueprintError, BlueprintErrors, Collector, Pos, UserError, did_you_mean
 from ctk.blueprint.load import Document, load_file
 
-DEFAULT_PATH = Path(__file__).resolve().parents[3] / "images" / "stacks.yaml"
+DEFAULT_PATH = Path(paths.IMAGES) / "stacks.yaml"
 
 ACCELERATORS = ("cpu", "cuda12", "cuda13", "tpu")
 STACK_KEYS = ("accelerator", "python", "min_driver", "pins")

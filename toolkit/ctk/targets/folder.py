@@ -17,32 +17,13 @@ import os
 import shutil
 import subprocess
 
-from . import atomic, paths
-from .blueprint.errors import UserError
-from .blueprint.expand import Expanded
-from .cluster.slurmconf import render_cgroup_conf, render_gres_conf, render_slurm_conf
-from .cluster.ssh import layout as ssh_layout
-from .model import Deployment
-from .stacks import get_stack
-from .yamlout import dump
-
-
-def image_folders(exp: Expanded, dep: Deployment) -> dict[str, str]:
-    """Packer folders for building the images on Google Cloud, by folder-relative path."""
-    files = {}
-    template = open(os.path.join(paths.IMAGES, "gcp.pkr.hcl")).read()
-    for img in dep.images:
-        if not img.cloud:
-            continue
-        pins = dict(get_stack(img.stack).pins) if "jax" in img.roles else {}
-        folder = f"{exp.module(img.module_id).module.group}/{img.name}"
-        files[f"{folder}/image.pkr.hcl"] = template
-        files[f"{folder}/image.auto.pkrvars.json"] = json.dumps(
-            {**img.cloud, "ansible_vars_file": "ansible-vars.json"}, indent=2) + "\n"
-        files[f"{folder}/ansible-vars.json"] = json.dumps(
-            {"ctk_roles": img.roles, "slurm_flavour": "all", "jax_stack": img.stack, "jax_stack_pins": pins},
-            indent=2) + "\n"
-    return files
+from .. import atomic, paths
+from ..blueprint.expand import Expanded
+from ..errors import Failure, UserError
+from ..model import Deployment
+from ..render.packer import image_folders
+from ..render.slurmconf import render_cgroup_conf, render_gres_conf, render_slurm_conf
+from ..yamlout import dump
 
 
 def artifacts(exp: Expanded, dep: Deployment) -> dict[str, str]:
@@ -55,13 +36,19 @@ def artifacts(exp: Expanded, dep: Deployment) -> dict[str, str]:
     if dep.controller is not None:
         group = exp.module(dep.controller.module_id).module.group if dep.controller.module_id \
             else exp.blueprint.groups[-1].name
-        # The ssh target's hosts are known: their addresses and ports are in the files.
-        lay = ssh_layout(dep) if dep.target == "ssh" and dep.ssh_hosts else None
+        # A target that knows where the daemons listen (the ssh target's hosts) says so.
+        lay = _folder_layout(dep)
         files[f"{group}/slurm/slurm.conf"] = render_slurm_conf(dep, layout=lay)
         files[f"{group}/slurm/cgroup.conf"] = render_cgroup_conf(dep, layout=lay)
         if any(ns.gpu_count for ns in dep.nodesets):
             files[f"{group}/slurm/gres.conf"] = render_gres_conf(dep, layout=lay)
     return files
+
+
+def _folder_layout(dep: Deployment):
+    from . import REGISTRY, get
+
+    return get(dep.target).folder_layout(dep) if dep.target in REGISTRY else None
 
 
 def _packer_folders_check(folder: str, exp: Expanded, dep: Deployment) -> None:
@@ -78,7 +65,7 @@ def _packer_folders_check(folder: str, exp: Expanded, dep: Deployment) -> None:
         r = subprocess.run(["packer", "validate", "-syntax-only", "."], cwd=os.path.join(folder, rel),
                            capture_output=True, text=True, env={**os.environ, "CHECKPOINT_DISABLE": "1"})
         if r.returncode != 0:
-            raise RuntimeError(f"packer rejected the generated template in {rel}:\n{r.stdout}{r.stderr}")
+            raise Failure(f"packer rejected the generated template in {rel}:\n{r.stdout}{r.stderr}")
 
 
 def create(exp: Expanded, dep: Deployment, out_dir: str, overwrite: bool = False) -> str:
@@ -87,17 +74,17 @@ def create(exp: Expanded, dep: Deployment, out_dir: str, overwrite: bool = False
         if not os.path.isdir(out_dir):
             raise UserError(f"{out_dir} exists and is not a folder")
         if not overwrite:
-            raise UserError(f"deployment folder {out_dir} already exists\n"
-                            "  hint: pass -w to overwrite it")
+            raise UserError(f"deployment folder {out_dir} already exists",
+                            hint="pass -w to overwrite it")
         if not os.path.exists(os.path.join(out_dir, "deployment.json")) and os.listdir(out_dir):
             raise UserError(f"{out_dir} is not a ctk deployment folder (no deployment.json); "
                             "not overwriting it")
         if os.path.exists(os.path.join(out_dir, "lab", "state.json")):
-            raise UserError(f"{out_dir} has a lab cluster deployed from it\n"
-                            f"  hint: `ctk deploy` updates it in place; `ctk destroy {out_dir}` stops it first")
+            raise UserError(f"{out_dir} has a lab cluster deployed from it",
+                            hint=f"`ctk deploy` updates it in place; `ctk destroy {out_dir}` stops it first")
         if os.path.exists(os.path.join(out_dir, "ssh", "state.json")):
-            raise UserError(f"{out_dir} has a cluster deployed from it over SSH (its munge key is there)\n"
-                            f"  hint: `ctk deploy` updates it in place; `ctk destroy {out_dir}` stops it first")
+            raise UserError(f"{out_dir} has a cluster deployed from it over SSH (its munge key is there)",
+                            hint=f"`ctk deploy` updates it in place; `ctk destroy {out_dir}` stops it first")
     stage = atomic.staging_dir(out_dir)
     try:
         for rel, text in artifacts(exp, dep).items():

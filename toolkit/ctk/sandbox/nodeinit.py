@@ -1,7 +1,7 @@
 """PID 1 of a lab node: sets up the node's filesystem inside fresh namespaces, starts its
 services chrooted into the image, reaps children, and stops everything on SIGTERM.
 
-Run by node.boot() as `unshare --mount --uts --pid --fork python3 -m ctk.cluster.nodeinit SPEC`.
+Run by node.boot() as `unshare --mount --uts --pid --fork python3 -m ctk.sandbox.nodeinit SPEC`.
 Everything mounted here lives in the node's own mount namespace, so when this process ends
 the kernel tears the mounts down with it: a dead node leaves no mount behind.
 """
@@ -164,8 +164,8 @@ def main(path: str) -> int:
         os.kill(-1, signal.SIGTERM)
     except ProcessLookupError:
         pass
-    deadline = time.time() + float(spec.get("stop_timeout", 10))
-    while time.time() < deadline:
+    deadline = time.monotonic() + float(spec.get("stop_timeout", 10))
+    while time.monotonic() < deadline:
         try:
             if os.waitpid(-1, os.WNOHANG) == (0, 0):
                 time.sleep(0.1)

@@ -7,13 +7,13 @@ deployments never share addresses or ports; `ctk destroy` releases the lease.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import socket
 from contextlib import contextmanager
 
-from ..blueprint.errors import UserError
+from ..errors import UserError
+from ..locks import lock_file
 
 PORT_BASE = 20000
 PORTS_PER_LEASE = 64
@@ -31,8 +31,7 @@ def _registry_dir() -> str:
 @contextmanager
 def _locked():
     d = _registry_dir()
-    with open(os.path.join(d, "leases.lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with lock_file(os.path.join(d, "leases.lock")):
         path = os.path.join(d, "leases.json")
         try:
             leases = json.load(open(path))
@@ -68,7 +67,18 @@ def lease(deployment_dir: str) -> int:
             if n not in taken and _ports_free(n):
                 leases[key] = n
                 return n
-    raise UserError(f"no free lab subnet: {MAX_LEASES} deployments are up\n  hint: ctk destroy one of them")
+    raise UserError(f"no free lab subnet: {MAX_LEASES} deployments are up", hint="ctk destroy one of them")
+
+
+def leased(deployment_dir: str) -> bool:
+    with _locked() as leases:
+        return os.path.realpath(deployment_dir) in leases
+
+
+def holder(n: int) -> str | None:
+    """The deployment folder that holds lease N (it may no longer exist)."""
+    with _locked() as leases:
+        return next((k for k, v in leases.items() if v == n), None)
 
 
 def release(deployment_dir: str) -> None:

@@ -20,27 +20,31 @@ cluster. The runtime state lives in the deployment folder:
 from __future__ import annotations
 
 import copy
-import fcntl
 import hashlib
 import json
 import os
 import shutil
 import subprocess
 import time
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Sequence
 
 from .. import atomic
-from ..blueprint.errors import UserError
-from ..images.build import build_image
-from ..images.store import Store
+from ..connect.base import NODE_HOME, NODE_JOBS_DIR, HereCluster, exit_of, parse_kv_line
+from ..errors import UserError, did_you_mean
 from ..model import Deployment, ImageSpec
 from ..progress import Progress
+from ..render.hostlist import compress
+from ..sandbox import node as nodes
+from ..sandbox.daemons import DaemonError, ensure_munge_key, ensure_munged, munged_pid, stop_munged
+from ..waiting import TimedOut, poll
 from . import leases
-from . import node as nodes
-from .daemons import DaemonError, ensure_munge_key, start_munged
-from .hostlist import compress
-from .slurmconf import NodeLayout, render_cgroup_conf, render_gres_conf, render_slurm_conf
+from .base import (SINFO_PARTITIONS, DeployOutcome, NodeStatus, Status, Target, parse_node_states,
+                   parse_partitions, wait_ready)
+
+if TYPE_CHECKING:  # the builders are imported where they are used: `ctk job` needs none of them
+    from ..images.store import Store
+    from ..render.slurmconf import NodeLayout
 
 DEFAULT_MAX_NODES = 4  # per nodeset: fits 2 cores and 24 GiB with room to spare
 DEFAULT_IMAGE = ImageSpec(name="ctk-local", module_id="", base="debian-12",
@@ -157,6 +161,8 @@ def plan_lab(dep: Deployment, n: int, max_nodes: int = DEFAULT_MAX_NODES) -> Lab
 
 
 def layout(plan: LabPlan, host_munge_socket: str | None = None) -> NodeLayout:
+    from ..render.slurmconf import NodeLayout
+
     computes = [x for x in plan.nodes if x.role == "compute"]
     return NodeLayout(
         controller_addr=plan.controller.addr, controller_port=plan.controller.port,
@@ -164,11 +170,14 @@ def layout(plan: LabPlan, host_munge_socket: str | None = None) -> NodeLayout:
         state_dir="/var/spool/slurmctld", spool_dir="/var/spool/slurmd", log_dir="/var/log/slurm",
         pid_dir="/run", slurm_user="root", controller_host=plan.controller.name,
         slurmd_port=leases.port(plan.n, leases.PORTS_PER_LEASE - 1), munge_socket=host_munge_socket,
-        gpu_dev_dir=GPU_DIR_IN_NODE, job_comp_loc=JOBCOMP_IN_NODE, slurmd_timeout=SLURMD_TIMEOUT)
+        gpu_dev_dir=GPU_DIR_IN_NODE, job_comp_loc=JOBCOMP_IN_NODE, slurmd_timeout=SLURMD_TIMEOUT,
+        bind_own_address=True)
 
 
 def lab_files(plan: LabPlan, ldir: str) -> dict[str, str]:
     """Every generated file of the lab, by path relative to lab/ (pure)."""
+    from ..render.slurmconf import render_cgroup_conf, render_gres_conf, render_slurm_conf
+
     lay = layout(plan)
     host_lay = layout(plan, os.path.join(os.path.abspath(ldir), "host-munge", "munge.sock"))
     hosts = "127.0.0.1 localhost\n" + "".join(f"{x.addr} {x.name}\n" for x in plan.nodes)
@@ -204,7 +213,7 @@ def ssh_config(plan: LabPlan, ldir: str) -> str:
 
 def _ssh_keys(plan: LabPlan, ldir: str) -> None:
     """The lab's SSH host key and root's login key (secrets/ssh, 0700), and known_hosts."""
-    from ..images.buildnode import keypair
+    from ..sandbox.sshd import keypair
 
     d = os.path.join(ldir, "secrets", "ssh")
     os.makedirs(d, mode=0o700, exist_ok=True)
@@ -228,7 +237,7 @@ def node_spec(plan: LabPlan, x: LabNode, ldir: str, lowerdirs: list[str]) -> nod
                                      "owner": "munge"}}
     run_dirs = [{"path": "munge", "mode": "0755", "owner": "munge"}]
     if x.role == "login":  # sshd on the node's own address and port: ctk job --host reaches it
-        from ..images.buildnode import sshd_parts
+        from ..sandbox.sshd import sshd_parts
 
         sd = os.path.join(ldir, "secrets", "ssh")
         files, dirs, sshd = sshd_parts(x.addr, x.port, os.path.join(sd, "host_ed25519"),
@@ -256,18 +265,6 @@ def spec_hash(spec: nodes.NodeSpec, conf_files: dict[str, str]) -> str:
 
 # ---- side effects --------------------------------------------------------------------------
 
-@contextmanager
-def deployment_lock(deployment_dir: str):
-    """Two deploys (or a deploy and a destroy) of one deployment never interleave."""
-    os.makedirs(deployment_dir, exist_ok=True)
-    with open(os.path.join(deployment_dir, ".ctk.lock"), "w") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise UserError(f"another ctk command is working on {deployment_dir}; wait for it to finish") from None
-        yield
-
-
 def load_state(deployment_dir: str) -> dict | None:
     try:
         with open(os.path.join(lab_dir(deployment_dir), "state.json")) as f:
@@ -285,17 +282,12 @@ def _munge_key(ldir: str) -> str:
 
 
 def host_munged_running(ldir: str) -> bool:
-    try:
-        pid = int(open(os.path.join(ldir, "host-munge", "munged.pid")).read())
-        return b"munged" in open(f"/proc/{pid}/cmdline", "rb").read()
-    except (OSError, ValueError):
-        return False
+    return munged_pid(os.path.join(ldir, "host-munge")) is not None
 
 
 def _ensure_host_munged(ldir: str, key: str) -> None:
     """A munged on the host with the cluster's key, for the host's sbatch/srun/squeue."""
-    if not host_munged_running(ldir):
-        start_munged(os.path.join(ldir, "host-munge"), key_file=key, force=True)
+    ensure_munged(os.path.join(ldir, "host-munge"), key)
 
 
 def jobcomp_log(deployment_dir: str) -> str:
@@ -319,27 +311,12 @@ def slurm(deployment_dir: str, *argv: str, timeout: float = 30, check: bool = Tr
 def node_states(deployment_dir: str) -> dict[str, str]:
     """Slurm's state of every node (idle, alloc, down*, ...), or {} if slurmctld is unreachable."""
     r = slurm(deployment_dir, "sinfo", "-h", "-N", "-o", "%N %T", timeout=15, check=False)
-    if r.returncode != 0:
-        return {}
-    return dict(line.split(None, 1) for line in r.stdout.splitlines() if line.strip())
+    return parse_node_states(r.stdout) if r.returncode == 0 else {}
 
 
 def _wait_ready(deployment_dir: str, plan: LabPlan, timeout: float, progress: Progress) -> None:
-    computes = [x.name for x in plan.nodes if x.role == "compute"]
-    deadline = time.time() + timeout
-    states: dict[str, str] = {}
-    while time.time() < deadline:
-        states = node_states(deployment_dir)
-        not_ready = [n for n in computes if states.get(n, "?").rstrip("*~#!%$@^-") not in
-                     ("idle", "allocated", "mixed", "completing")]
-        if states and not not_ready:
-            return
-        if states:
-            progress.task(f"waiting for {len(not_ready)} node(s): "
-                          + ", ".join(f"{n}={states.get(n, '?')}" for n in not_ready[:4]))
-        time.sleep(0.3)
-    raise DaemonError("nodes did not become idle in time: "
-                      + ", ".join(f"{n}={states.get(n, 'unknown')}" for n in computes))
+    wait_ready(lambda: node_states(deployment_dir), [x.name for x in plan.nodes if x.role == "compute"],
+               timeout, progress, 0.3, lambda states: DaemonError(f"nodes did not become idle in time: {states}"))
 
 
 @dataclass
@@ -363,8 +340,15 @@ def deploy_local(dep: Deployment, deployment_dir: str, *, max_nodes: int = DEFAU
     ldir = os.path.abspath(lab_dir(deployment_dir))
     n = leases.lease(deployment_dir)
     plan = plan_lab(dep, n, max_nodes)
+    # A lab left running when its folder was removed holds this lease's addresses: stop it.
+    orphans = stop_leftovers(deployment_dir, only_orphans=True)
+    if orphans:
+        progress.say(f"note: stopped {len(orphans)} node(s) of an earlier lab whose folder was removed")
     for note in plan.notes:
         progress.say(f"note: {note}")
+    from ..images.build import build_image
+    from ..images.store import Store
+
     store = store or Store()
     layers: dict[str, list[str]] = {}
     for img in plan.images:
@@ -409,6 +393,10 @@ def deploy_local(dep: Deployment, deployment_dir: str, *, max_nodes: int = DEFAU
                 shutil.rmtree(os.path.join(ldir, "nodes", name), ignore_errors=True)
                 stopped.append(name)
 
+        # Until the deploy completes, status and destroy find the nodes it boots from here.
+        _save_state(deployment_dir, {**old, "complete": False} if old else {
+            "n": n, "deployment": dep.deployment_name, "nodes": [{**asdict(x), "hash": ""} for x in plan.nodes],
+            "notes": plan.notes, "max_nodes": max_nodes, "complete": False})
         booted, restarted, kept, records = [], [], [], []
         # Slurm 22.05 adds or moves nodes only on a restart of its daemons; a change of
         # partitions or limits needs no more than `scontrol reconfigure`.
@@ -436,7 +424,7 @@ def deploy_local(dep: Deployment, deployment_dir: str, *, max_nodes: int = DEFAU
             slurm(deployment_dir, "scontrol", "reconfigure")
             reconfigured = True
         _save_state(deployment_dir, {"n": n, "deployment": dep.deployment_name, "nodes": records,
-                                     "notes": plan.notes, "max_nodes": max_nodes})
+                                     "notes": plan.notes, "max_nodes": max_nodes, "complete": True})
         _wait_ready(deployment_dir, plan, ready_timeout, progress)
     except BaseException:
         # Stop what this run started; what was already running before stays as it was.
@@ -444,6 +432,12 @@ def deploy_local(dep: Deployment, deployment_dir: str, *, max_nodes: int = DEFAU
             nodes.stop(sd)
         if not old:
             _stop_all(deployment_dir)
+            try:
+                os.unlink(os.path.join(lab_dir(deployment_dir), "state.json"))
+            except FileNotFoundError:
+                pass
+        else:
+            _save_state(deployment_dir, old)
         raise
     return DeployResult(deployment_dir, booted, restarted, kept, stopped, reconfigured, plan.notes,
                         time.monotonic() - t0)
@@ -457,79 +451,99 @@ def _stop_all(deployment_dir: str) -> list[str]:
         for name in sorted(os.listdir(nd)):
             if nodes.stop(os.path.join(nd, name)):
                 stopped.append(name)
-    pidf = os.path.join(ldir, "host-munge", "munged.pid")
-    if host_munged_running(ldir):
-        pid = int(open(pidf).read())
-        os.kill(pid, 15)
-        for _ in range(50):
-            if not os.path.exists(f"/proc/{pid}"):
-                break
-            time.sleep(0.05)
+    stop_munged(os.path.join(ldir, "host-munge"))
     return stopped
+
+
+# ---- labs whose folder is gone ------------------------------------------------------------
+# A lab's processes name their deployment folder on their command line (nodeinit's spec file,
+# the host munged's socket), so a lab is found again even after its folder was removed.
+
+def _lab_processes(deployment_dir: str) -> list[tuple[int, str, bool]]:
+    """(pid, node name or "host-munge", its files still exist) of every process of the lab
+    of DEPLOYMENT_DIR: nodeinit (PID 1 of each node) and the host's munged."""
+    prefixes = {os.path.join(p, "lab") + "/" for p in (os.path.abspath(deployment_dir), os.path.realpath(deployment_dir))}
+    out = []
+    for pid in (int(d) for d in os.listdir("/proc") if d.isdigit()):
+        try:
+            argv = open(f"/proc/{pid}/cmdline", "rb").read().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if len(argv) > 3 and argv[1:3] == ["-m", "ctk.sandbox.nodeinit"]:
+            spec = argv[3]
+            for pre in prefixes:
+                if spec.startswith(pre + "nodes/"):
+                    out.append((pid, spec[len(pre + "nodes/"):].split("/")[0], os.path.exists(spec)))
+        elif argv and os.path.basename(argv[0]) == "munged":
+            for a in argv:
+                for pre in prefixes:
+                    if a.startswith(f"--socket={pre}host-munge/"):
+                        out.append((pid, "host-munge", os.path.exists(a.split("=", 1)[1])))
+    return out
+
+
+def stop_leftovers(deployment_dir: str, only_orphans: bool = False) -> list[str]:
+    """Stop the lab processes of DEPLOYMENT_DIR that no state file leads to (ONLY_ORPHANS:
+    just those whose files are gone); the node names stopped."""
+    import signal
+
+    stopped = []
+    procs = [p for p in _lab_processes(deployment_dir) if not (only_orphans and p[2])]
+    for pid, name, _ in procs:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            continue
+        if name != "host-munge":
+            stopped.append(name)
+    for pid, _, _ in procs:
+        try:
+            poll(lambda: not os.path.exists(f"/proc/{pid}"), 15, 0.05)
+        except TimedOut:
+            os.kill(pid, signal.SIGKILL)
+    return sorted(stopped)
+
+
+def has_leftovers(deployment_dir: str) -> bool:
+    return leases.leased(deployment_dir) or bool(_lab_processes(deployment_dir))
 
 
 def destroy_local(deployment_dir: str) -> list[str]:
     """Stop every daemon of the lab, free its addresses and ports, remove its runtime state
-    (the deployment folder's generated files stay)."""
-    if not os.path.isdir(deployment_dir):
-        raise UserError(f"no deployment folder {deployment_dir}")
-    stopped = _stop_all(deployment_dir)
+    (the deployment folder's generated files stay). Works on a lab whose folder is gone."""
+    stopped = _stop_all(deployment_dir) if os.path.isdir(deployment_dir) else []
+    stopped += stop_leftovers(deployment_dir)
     shutil.rmtree(lab_dir(deployment_dir), ignore_errors=True)
     leases.release(deployment_dir)
-    return stopped
+    return sorted(set(stopped))
 
 
-def status_local(deployment_dir: str) -> dict:
-    """Nodes (process and Slurm state) and partitions of a lab deployment."""
+def status_local(deployment_dir: str) -> Status:
+    """Nodes (process and Slurm state) and partitions of a lab deployment; the nodes a deploy
+    left running when it was killed before it finished, if that is all there is."""
     state = load_state(deployment_dir)
-    if state is None:
-        raise UserError(f"{deployment_dir} has no running lab (deploy it with: ctk deploy BLUEPRINT -o {deployment_dir})")
     ldir = lab_dir(deployment_dir)
+    if state is None:
+        raise UserError(f"{deployment_dir} has no running lab",
+                        hint=f"deploy it with: ctk deploy BLUEPRINT -o {deployment_dir}")
     slurm_states = node_states(deployment_dir)
     out_nodes = []
     for x in state["nodes"]:
         sd = os.path.join(ldir, "nodes", x["name"])
         running = nodes.node_pid(sd) is not None
         dead = nodes.dead_services(sd) if running else []
-        row = {"name": x["name"], "role": x["role"], "addr": x["addr"], "image": x["image"],
-               "running": running and not dead, "dead_services": dead,
-               "slurm_state": slurm_states.get(x["name"]) if x["role"] == "compute" else None}
+        ssh = None
         if x["role"] == "login":
-            row["ssh"] = {"host": x["addr"], "port": x["port"], "user": "root", "identity": ssh_key(ldir),
-                          "ssh_config": os.path.join(os.path.abspath(ldir), "ssh_config")}
-        out_nodes.append(row)
-    parts = []
-    r = slurm(deployment_dir, "sinfo", "-h", "-o", "%P|%a|%D|%T|%N|%G", timeout=15, check=False)
-    if r.returncode == 0:
-        for line in r.stdout.splitlines():
-            name, avail, count, st, nodelist, gres = line.split("|")
-            parts.append({"partition": name.rstrip("*"), "default": name.endswith("*"), "avail": avail,
-                          "nodes": int(count), "state": st, "nodelist": nodelist, "gres": gres})
-    return {"deployment": state["deployment"], "controller_reachable": bool(slurm_states),
-            "host_munged": host_munged_running(ldir), "nodes": out_nodes, "partitions": parts,
-            "notes": state.get("notes", [])}
-
-
-def format_status(st: dict) -> str:
-    lines = [f"deployment {st['deployment']}: slurmctld "
-             + ("reachable" if st["controller_reachable"] else "NOT reachable"), ""]
-    w = max(len(x["name"]) for x in st["nodes"])
-    lines.append(f"{'NODE':<{w}}  {'ROLE':<10} {'ADDRESS':<14} {'DAEMONS':<8} SLURM")
-    for x in st["nodes"]:
-        proc = "up" if x["running"] else ("DOWN" if not x["dead_services"] else "DEAD:" + ",".join(x["dead_services"]))
-        lines.append(f"{x['name']:<{w}}  {x['role']:<10} {x['addr']:<14} {proc:<8} "
-                     f"{x['slurm_state'] or '-'}")
-    if st["partitions"]:
-        lines += ["", f"{'PARTITION':<12} {'AVAIL':<6} {'NODES':>5}  {'STATE':<10} {'GRES':<14} NODELIST"]
-        for p in st["partitions"]:
-            lines.append(f"{p['partition'] + ('*' if p['default'] else ''):<12} {p['avail']:<6} {p['nodes']:>5}  "
-                         f"{p['state']:<10} {p['gres']:<14} {p['nodelist']}")
-    for x in st["nodes"]:
-        if x.get("ssh"):
-            lines += ["", f"login {x['name']}: ssh -F {x['ssh']['ssh_config']} {x['name']}",
-                      f"  jobs through it: ctk job submit TEMPLATE --host {x['name']} "
-                      f"--ssh-config {x['ssh']['ssh_config']} ..."]
-    return "\n".join(lines) + "\n"
+            ssh = {"host": x["addr"], "port": x["port"], "user": "root", "identity": ssh_key(ldir),
+                   "ssh_config": os.path.join(os.path.abspath(ldir), "ssh_config")}
+        out_nodes.append(NodeStatus(x["name"], x["role"], x["addr"], running and not dead, dead,
+                                    slurm_states.get(x["name"]) if x["role"] == "compute" else None,
+                                    image=x["image"], ssh=ssh))
+    r = slurm(deployment_dir, *SINFO_PARTITIONS, timeout=15, check=False)
+    return Status(deployment=state["deployment"], target="local", controller_reachable=bool(slurm_states),
+                  nodes=out_nodes, partitions=parse_partitions(r.stdout) if r.returncode == 0 else [],
+                  notes=state.get("notes", []), host_munged=host_munged_running(ldir),
+                  interrupted=not state.get("complete", True))
 
 
 def exec_local(deployment_dir: str, node: str, argv: list[str]) -> int:
@@ -538,11 +552,10 @@ def exec_local(deployment_dir: str, node: str, argv: list[str]) -> int:
         raise UserError(f"{deployment_dir} has no running lab")
     names = [x["name"] for x in state["nodes"]]
     if node not in names:
-        from ..blueprint.errors import did_you_mean
         raise UserError(f"no node {node!r} in {deployment_dir} ({did_you_mean(node, names) or 'nodes: ' + compress(names)})")
     sd = os.path.join(lab_dir(deployment_dir), "nodes", node)
     if nodes.node_pid(sd) is None:
-        raise UserError(f"node {node} is not running\n  hint: ctk deploy again brings it back")
+        raise UserError(f"node {node} is not running", hint="ctk deploy again brings it back")
     return subprocess.call(nodes.exec_argv(sd, argv))
 
 
@@ -551,3 +564,89 @@ def env_local(deployment_dir: str) -> str:
     if load_state(deployment_dir) is None:
         raise UserError(f"{deployment_dir} has no running lab")
     return "".join(f"export {k}={v}\n" for k, v in slurm_env(deployment_dir).items())
+
+
+class LabCluster(HereCluster):
+    """Where `ctk job --deployment DIR` goes for a lab: the host's Slurm commands reach it
+    through its SLURM_CONF, and its shared /home is a folder of the deployment."""
+
+    def __init__(self, deployment_dir: str):
+        self.dir = os.path.abspath(deployment_dir)
+        self.key = self.dir
+        self.registry_dir = self.dir
+        self.jobs_dir = NODE_JOBS_DIR
+        self._env_cache: dict[str, str] | None = None
+
+    def __repr__(self) -> str:
+        return f"LocalCluster({self.dir!r})"
+
+    def deployment_dir(self) -> str:
+        return self.dir
+
+    def check(self) -> "LabCluster":
+        if load_state(self.dir) is None:
+            raise UserError(f"--deployment {self.dir}: not deployed on the local target",
+                            hint=f"ctk deploy BLUEPRINT -o {self.dir}")
+        return self
+
+    def _env(self) -> dict[str, str]:
+        if self._env_cache is None:
+            self._env_cache = {**os.environ, **slurm_env(self.dir)}
+        return self._env_cache
+
+    def host_path(self, node_path: str) -> str | None:
+        """Where NODE_PATH (absolute, or relative to the jobs folder) lies on this machine;
+        None outside the shared /home."""
+        p = os.path.normpath(node_path if node_path.startswith("/") else os.path.join(NODE_JOBS_DIR, node_path))
+        if p != NODE_HOME and not p.startswith(NODE_HOME + "/"):
+            return None
+        return os.path.join(self.dir, "lab", "home", os.path.relpath(p, NODE_HOME))
+
+    def forgotten(self, ids: Sequence[str]) -> dict[str, tuple[str, int | None]]:
+        """The lab has no accounting database; slurmctld writes one line per finished job to
+        its job completion log (jobcomp/filetxt), kept in the deployment folder."""
+        want = set(ids)
+        out: dict[str, tuple[str, int | None]] = {}
+        try:
+            with open(jobcomp_log(self.dir), encoding="utf-8", errors="replace") as f:
+                for line in f:  # a requeued job has a line per run: the last one wins
+                    rec = parse_kv_line(line)
+                    if rec.get("JobId") in want:
+                        out[rec["JobId"]] = (rec.get("JobState", "UNKNOWN"), exit_of(rec.get("ExitCode", "")))
+        except FileNotFoundError:
+            pass
+        return out
+
+
+class LocalTarget(Target):
+    name = "local"
+
+    def deploy(self, exp, dep: Deployment, deployment_dir: str, *, max_nodes: int | None,
+               progress: Progress) -> DeployOutcome:
+        res = deploy_local(dep, deployment_dir, max_nodes=max_nodes or DEFAULT_MAX_NODES, progress=progress)
+        total = len(res.booted) + len(res.restarted) + len(res.kept)
+        return DeployOutcome([
+            f"{dep.deployment_name}: {total} node(s) up in {res.seconds:.1f}s "
+            f"(booted {len(res.booted)}, restarted {len(res.restarted)}, unchanged {len(res.kept)}"
+            + (", reconfigured" if res.reconfigured else "") + ")",
+            f'use it:   eval "$(ctk env {deployment_dir})"; sinfo; srun -N2 hostname',
+            f"stop it:  ctk destroy {deployment_dir}"], asdict(res))
+
+    def is_deployed(self, deployment_dir: str) -> bool:
+        return load_state(deployment_dir) is not None
+
+    def status(self, deployment_dir: str) -> Status:
+        return status_local(deployment_dir)
+
+    def destroy(self, deployment_dir: str, progress: Progress) -> str:
+        stopped = destroy_local(deployment_dir)
+        return f"destroyed {deployment_dir}: stopped {len(stopped)} node(s)"
+
+    def exec(self, deployment_dir: str, node: str, argv: list[str]) -> int:
+        return exec_local(deployment_dir, node, argv)
+
+    def env(self, deployment_dir: str) -> str:
+        return env_local(deployment_dir)
+
+    def job_cluster(self, deployment_dir: str) -> LabCluster:
+        return LabCluster(deployment_dir).check()

@@ -21,8 +21,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ctk.cluster.hostlist import compress
-from ctk.model import Deployment, Nodeset, Partition
+from ..model import Deployment, Nodeset, Partition
+from .hostlist import compress
 
 __all__ = [
     "NodeLayout",
@@ -92,6 +92,11 @@ class NodeLayout:
     slurmdbd_addr: str | None = None
     slurmdbd_port: int | None = None
     min_job_age: int = 300  # seconds slurmctld keeps a finished job (squeue lists it)
+    # slurmctld listens only on the address its host name resolves to, never on every
+    # interface (each node of a lab has its own name and loopback address). Slurm's
+    # NoInAddrAny would do the same for slurmd, but it also binds srun, and srun inside a
+    # lab's batch job then fails ("Slurmd could not connect IO", seen with 22.05).
+    bind_own_address: bool = False
 
 
 # --------------------------------------------------------------------------- helpers
@@ -334,6 +339,8 @@ def _base_params(dep: Deployment, layout: NodeLayout | None, has_gpus: bool) -> 
     if layout is not None and layout.munge_socket:
         identity.append(("AuthInfo", f"socket={layout.munge_socket}"))
     identity.append(("CredType", "cred/munge"))
+    if layout is not None and layout.bind_own_address:
+        identity.append(("CommunicationParameters", "NoCtldInAddrAny"))
 
     scheduling: Params = [
         ("MpiDefault", "none"),

@@ -6,14 +6,14 @@ import os
 import re
 from typing import Any
 
-from ..blueprint.errors import Collector, did_you_mean
-from ..blueprint.expand import Expanded, ExpandedModule
-from ..blueprint.expression import Deferred, is_deferred
-from ..model import (Controller, Deployment, ImageSpec, Login, Nodeset, Partition, SharedFs, SshHost,
+from .blueprint.errors import Collector, did_you_mean
+from .blueprint.expand import Expanded, ExpandedModule
+from .blueprint.expression import Deferred, is_deferred
+from .model import (Controller, Deployment, ImageSpec, Login, Nodeset, Partition, SharedFs, SshHost,
                      Unsupported)
-from . import is_remote
-from .ctk_kinds import SERVICE_MANAGERS, SSH_HOST_KEYS, SSH_ROLES
-from .machines import accelerator_gpu, lookup_machine, lookup_tpu
+from .modules import is_remote
+from .modules.ctk_kinds import SERVICE_MANAGERS, SSH_HOST_KEYS, SSH_ROLES
+from .modules.machines import accelerator_gpu, lookup_machine, lookup_tpu
 
 _CT_PARTITION_RE = re.compile(r"^[a-z][a-z0-9]*$")
 # A host's name is its hostname and Slurm NodeName: one DNS label.
@@ -469,3 +469,14 @@ def _ssh_target(exp: Expanded, dep: Deployment, c: Collector, doc) -> None:
     else:
         dep.controller.hostname = ctl.name
     dep.ssh_hosts = out
+
+
+def process(path: str, cli_vars: list[str] | tuple = (), deployment_file: str | None = None) -> Expanded:
+    """The whole front of the pipeline: load, expand, validate and plan a blueprint. The
+    Deployment is `exp.deployment`; every error (planning's too) is raised together."""
+    from .blueprint import process as expand_file
+
+    def _plan(exp: Expanded, c: Collector) -> None:
+        exp.deployment = plan(exp, c)  # type: ignore[attr-defined]
+
+    return expand_file(path, cli_vars, deployment_file, then=_plan)

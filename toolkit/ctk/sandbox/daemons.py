@@ -11,12 +11,15 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
+
+from ..errors import Failure
+from ..waiting import TimedOut, poll
+from .net import free_port as free_tcp_port
 
 __all__ = [
     "DaemonError",
@@ -32,7 +35,7 @@ __all__ = [
 _MAX_SOCKET_PATH = 107
 
 
-class DaemonError(RuntimeError):
+class DaemonError(Failure):
     """A daemon failed to start or to answer in time."""
 
 
@@ -82,13 +85,6 @@ class Proc:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def free_tcp_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that was free on ``host`` a moment ago (the usual bind-to-0 trick)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 def _which(program: str) -> str:
@@ -229,6 +225,34 @@ def start_munged(
         proc.stop()
         raise DaemonError(f"munged did not start (socket {sock}):\n{e}") from None
     return proc
+
+
+def munged_pid(directory: str | os.PathLike) -> int | None:
+    """The pid of the munged that start_munged(DIRECTORY) started, if it still runs."""
+    try:
+        pid = int(open(os.path.join(directory, "munged.pid")).read())
+        return pid if b"munged" in open(f"/proc/{pid}/cmdline", "rb").read() else None
+    except (OSError, ValueError):
+        return None
+
+
+def ensure_munged(directory: str | os.PathLike, key_file: str | os.PathLike) -> None:
+    """A munged in DIRECTORY with KEY_FILE, started unless one runs there; it outlives us."""
+    if munged_pid(directory) is None:
+        start_munged(directory, key_file=key_file, force=True)
+
+
+def stop_munged(directory: str | os.PathLike, timeout: float = 5.0) -> bool:
+    """Stop the munged of DIRECTORY (SIGTERM, then wait); False if none ran."""
+    pid = munged_pid(directory)
+    if pid is None:
+        return False
+    os.kill(pid, signal.SIGTERM)
+    try:
+        poll(lambda: not os.path.exists(f"/proc/{pid}"), timeout, 0.05)
+    except TimedOut:
+        os.kill(pid, signal.SIGKILL)
+    return True
 
 
 def _conf_value(conf_path: Path, key: str) -> str | None:

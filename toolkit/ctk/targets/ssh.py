@@ -31,7 +31,6 @@ import os
 import re
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -39,36 +38,28 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 
 from .. import atomic, paths
-from ..blueprint.errors import UserError
+from ..ansible_out import parse_recap
+from ..errors import UserError, did_you_mean
 from ..images.build import host_ca_bundle
 from ..model import Deployment, ImageSpec, SshHost
 from ..progress import Progress
+from ..render.slurmconf import (PROD_LOG_DIR, PROD_PID_DIR, PROD_SLURMCTLD_PORT, PROD_SLURMD_PORT,
+                                PROD_SPOOL_DIR, PROD_STATE_DIR, NodeLayout, render_cgroup_conf,
+                                render_gres_conf, render_slurm_conf)
 from ..runner import CommandError, run
+from ..sandbox.daemons import DaemonError, ensure_munge_key, ensure_munged, stop_munged
 from ..stacks import get_stack
-from .daemons import DaemonError, ensure_munge_key, start_munged
-from .slurmconf import (PROD_LOG_DIR, PROD_PID_DIR, PROD_SLURMCTLD_PORT, PROD_SLURMD_PORT, PROD_SPOOL_DIR,
-                        PROD_STATE_DIR, NodeLayout, render_cgroup_conf, render_gres_conf,
-                        render_slurm_conf)
+from .base import (SINFO_PARTITIONS, DeployOutcome, NodeStatus, Status, Target, parse_node_states,
+                   parse_partitions, wait_ready)
 
 DEFAULT_ROLES = ["common", "munge", "slurm", "jax"]
 DEFAULT_STACK = "jax-cpu"
 PIP_CA_IN_HOST = "/run/ctk/pip-ca-bundle.crt"  # where site.yml puts ctk_pip_ca_bundle
 DAEMONS = {"controller": ["munged", "slurmctld"], "compute": ["munged", "slurmd"], "login": ["munged"]}
-_READY = ("idle", "allocated", "mixed", "completing")
-_RECAP_RE = re.compile(r"^(\S+)\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
 
 
 def ssh_dir(deployment_dir: str) -> str:
     return os.path.join(os.path.abspath(deployment_dir), "ssh")
-
-
-def is_ssh_deployment(deployment_dir: str) -> bool:
-    """A deployment folder whose blueprint targets existing machines over SSH."""
-    try:
-        with open(os.path.join(deployment_dir, "deployment.json")) as f:
-            return json.load(f).get("target") == "ssh"
-    except (OSError, ValueError):
-        return os.path.exists(os.path.join(ssh_dir(deployment_dir), "state.json"))
 
 
 # ---- planning (pure) -------------------------------------------------------------------
@@ -252,16 +243,6 @@ def _ansible_playbook() -> str:
     return exe if os.access(exe, os.X_OK) else (shutil.which("ansible-playbook") or exe)
 
 
-def parse_recap(lines: list[str]) -> dict[str, dict[str, int]]:
-    """host -> {ok, changed, unreachable, failed} from ansible-playbook's PLAY RECAP."""
-    text = "\n".join(lines)
-    i = text.rfind("PLAY RECAP")
-    if i < 0:
-        return {}
-    return {m.group(1): {"ok": int(m.group(2)), "changed": int(m.group(3)), "unreachable": int(m.group(4)),
-                         "failed": int(m.group(5))} for m in _RECAP_RE.finditer(text[i:])}
-
-
 def run_phase(deployment_dir: str, phase: str, progress: Progress, inventory_file: str = "inventory.yml"
               ) -> dict[str, dict[str, int]]:
     """ansible-playbook site.yml over SSH in one phase; returns the recap per host."""
@@ -285,9 +266,9 @@ def run_phase(deployment_dir: str, phase: str, progress: Progress, inventory_fil
             what=f"ansible-playbook site.yml (phase {phase}) failed; full log: {log}")
     except CommandError as e:
         failed = [f"{h} (failed={r['failed']}, unreachable={r['unreachable']})"
-                  for h, r in parse_recap(lines).items() if r["failed"] or r["unreachable"]]
+                  for h, r in parse_recap("\n".join(lines)).items() if r["failed"] or r["unreachable"]]
         raise DaemonError(f"{e}" + (f"\nhosts that failed: {', '.join(failed)}" if failed else "")) from None
-    return parse_recap(lines)
+    return parse_recap("\n".join(lines))
 
 
 # ---- side effects ---------------------------------------------------------------------------
@@ -314,26 +295,15 @@ def slurm_on_controller(deployment_dir: str, state: dict, command: str, timeout:
 def node_states(deployment_dir: str, state: dict) -> dict[str, str]:
     """Slurm's state of every node, as sinfo on the controller reports it ({} if unreachable)."""
     r = slurm_on_controller(deployment_dir, state, "sinfo -h -N -o '%N %T'", timeout=30)
-    if r.returncode != 0:
-        return {}
-    return dict(line.split(None, 1) for line in r.stdout.splitlines() if len(line.split()) == 2)
+    return parse_node_states(r.stdout) if r.returncode == 0 else {}
 
 
 def _wait_ready(deployment_dir: str, state: dict, timeout: float, progress: Progress) -> None:
-    computes = [h["name"] for h in state["hosts"] if h["role"] == "compute"]
-    deadline = time.time() + timeout
-    states: dict[str, str] = {}
-    while time.time() < deadline:
-        states = node_states(deployment_dir, state)
-        waiting = [n for n in computes if states.get(n, "?").rstrip("*~#!%$@^-") not in _READY]
-        if states and not waiting:
-            return
-        if states:
-            progress.task("waiting for " + ", ".join(f"{n}={states.get(n, '?')}" for n in waiting[:4]))
-        time.sleep(1)
-    raise DaemonError("nodes did not become idle in time: "
-                      + ", ".join(f"{n}={states.get(n, 'unknown')}" for n in computes)
-                      + "\n  hint: ctk status shows each host's daemons; their logs are in /var/log/slurm")
+    wait_ready(lambda: node_states(deployment_dir, state),
+               [h["name"] for h in state["hosts"] if h["role"] == "compute"], timeout, progress, 1.0,
+               lambda states: DaemonError(f"nodes did not become idle in time: {states}",
+                                          hint="ctk status shows each host's daemons; their logs are in "
+                                          "/var/log/slurm"))
 
 
 @dataclass
@@ -375,8 +345,8 @@ def check_controller_hostname(deployment_dir: str, dep: Deployment) -> None:
     names = r.stdout.split()
     if r.returncode == 0 and names and ctl.name not in names:
         raise UserError(f"the controller host '{ctl.name}' ({ctl.user}@{ctl.host}) calls itself '{names[0]}'; "
-                        "slurmctld runs only on the host its SlurmctldHost names\n"
-                        f"  hint: name it '{names[0]}' in the blueprint's ctk/target/ssh hosts")
+                        "slurmctld runs only on the host its SlurmctldHost names",
+                        hint=f"name it '{names[0]}' in the blueprint's ctk/target/ssh hosts")
 
 
 def deploy_ssh(dep: Deployment, deployment_dir: str, progress: Progress | None = None,
@@ -431,11 +401,12 @@ def _host_processes(sdir: str, h: dict) -> tuple[bool, set[str]]:
     return True, {x.strip() for x in r.stdout.splitlines()}
 
 
-def status_ssh(deployment_dir: str) -> dict:
-    """Hosts (reachable, daemons) and partitions of an ssh deployment, in status_local's shape."""
+def status_ssh(deployment_dir: str) -> Status:
+    """Hosts (reachable, daemons) and partitions of an ssh deployment."""
     state = load_state(deployment_dir)
     if state is None:
-        raise UserError(f"{deployment_dir} is not deployed (deploy it with: ctk deploy BLUEPRINT -o {deployment_dir})")
+        raise UserError(f"{deployment_dir} is not deployed",
+                        hint=f"deploy it with: ctk deploy BLUEPRINT -o {deployment_dir}")
     sdir = ssh_dir(deployment_dir)
     with ThreadPoolExecutor(max_workers=8) as pool:
         procs = dict(zip([h["name"] for h in state["hosts"]],
@@ -445,36 +416,13 @@ def status_ssh(deployment_dir: str) -> dict:
     for h in state["hosts"]:
         reachable, running = procs[h["name"]]
         dead = [d for d in DAEMONS[h["role"]] if d not in running] if reachable else []
-        nodes.append({"name": h["name"], "role": h["role"], "addr": h["host"], "ssh_port": h["port"],
-                      "reachable": reachable, "running": reachable and not dead, "dead_services": dead,
-                      "slurm_state": slurm_states.get(h["name"]) if h["role"] == "compute" else None})
-    parts = []
-    r = slurm_on_controller(deployment_dir, state, "sinfo -h -o '%P|%a|%D|%T|%N|%G'")
-    if r.returncode == 0:
-        for line in r.stdout.splitlines():
-            if line.count("|") != 5:
-                continue
-            name, avail, count, st, nodelist, gres = line.split("|")
-            parts.append({"partition": name.rstrip("*"), "default": name.endswith("*"), "avail": avail,
-                          "nodes": int(count), "state": st, "nodelist": nodelist, "gres": gres})
-    return {"deployment": state["deployment"], "target": "ssh", "controller_reachable": bool(slurm_states),
-            "nodes": nodes, "partitions": parts, "notes": state.get("notes", [])}
-
-
-def _stop_host_munged(sdir: str) -> bool:
-    pidf = os.path.join(sdir, "host-munge", "munged.pid")
-    try:
-        pid = int(open(pidf).read())
-        if b"munged" not in open(f"/proc/{pid}/cmdline", "rb").read():
-            return False
-    except (OSError, ValueError):
-        return False
-    os.kill(pid, signal.SIGTERM)
-    for _ in range(100):
-        if not os.path.exists(f"/proc/{pid}"):
-            break
-        time.sleep(0.05)
-    return True
+        nodes.append(NodeStatus(h["name"], h["role"], h["host"], reachable and not dead, dead,
+                                slurm_states.get(h["name"]) if h["role"] == "compute" else None,
+                                ssh_port=h["port"], reachable=reachable))
+    r = slurm_on_controller(deployment_dir, state, " ".join(shlex.quote(a) for a in SINFO_PARTITIONS))
+    return Status(deployment=state["deployment"], target="ssh", controller_reachable=bool(slurm_states),
+                  nodes=nodes, partitions=parse_partitions(r.stdout) if r.returncode == 0 else [],
+                  notes=state.get("notes", []))
 
 
 def destroy_ssh(deployment_dir: str, progress: Progress | None = None) -> list[str]:
@@ -487,7 +435,7 @@ def destroy_ssh(deployment_dir: str, progress: Progress | None = None) -> list[s
         raise UserError(f"{deployment_dir} is not deployed (no ssh/state.json)")
     sdir = ssh_dir(deployment_dir)
     stop_hosts(deployment_dir, [SshHost(**h) for h in state["hosts"]], progress)
-    _stop_host_munged(sdir)
+    stop_munged(os.path.join(sdir, "host-munge"))
     os.unlink(os.path.join(sdir, "state.json"))
     return [h["name"] for h in state["hosts"]]
 
@@ -498,7 +446,6 @@ def exec_ssh(deployment_dir: str, node: str, argv: list[str]) -> int:
         raise UserError(f"{deployment_dir} is not deployed")
     host = next((h for h in state["hosts"] if h["name"] == node), None)
     if host is None:
-        from ..blueprint.errors import did_you_mean
         names = [h["name"] for h in state["hosts"]]
         raise UserError(f"no host {node!r} in {deployment_dir} ({did_you_mean(node, names) or 'hosts: ' + ', '.join(names)})")
     return subprocess.call(ssh_argv(ssh_dir(deployment_dir), host, shlex.join(argv)))
@@ -511,13 +458,60 @@ def env_ssh(deployment_dir: str) -> str:
     if load_state(deployment_dir) is None:
         raise UserError(f"{deployment_dir} is not deployed")
     sdir = ssh_dir(deployment_dir)
-    pidf = os.path.join(sdir, "host-munge", "munged.pid")
-    running = False
-    try:
-        running = b"munged" in open(f"/proc/{int(open(pidf).read())}/cmdline", "rb").read()
-    except (OSError, ValueError):
-        pass
-    if not running:
-        start_munged(os.path.join(sdir, "host-munge"), key_file=os.path.join(sdir, "secrets", "munge.key"),
-                     force=True)
+    ensure_munged(os.path.join(sdir, "host-munge"), os.path.join(sdir, "secrets", "munge.key"))
     return f"export SLURM_CONF={os.path.join(sdir, 'host', 'slurm.conf')}\n"
+
+
+def job_cluster(deployment_dir: str):
+    """The ssh target's cluster for `ctk job`: its login host (else the controller) over SSH,
+    with the key and known_hosts that `ctk deploy` used."""
+    from ..connect.base import SshCluster
+
+    state = load_state(deployment_dir)
+    if state is None:
+        raise UserError(f"--deployment {deployment_dir}: not deployed yet", hint=f"ctk deploy BLUEPRINT -o {deployment_dir}")
+    hosts = sorted(state["hosts"], key=lambda h: {"login": 0, "controller": 1}.get(h["role"], 2))
+    h = hosts[0]
+    return SshCluster(f"{h['user']}@{h['host']}:{h['port']}", identity=h.get("key"),
+                      known_hosts=os.path.join(ssh_dir(deployment_dir), "known_hosts"),
+                      registry_dir=os.path.abspath(deployment_dir), deployment=os.path.abspath(deployment_dir))
+
+
+class SshTarget(Target):
+    name = "ssh"
+
+    def folder_layout(self, dep: Deployment) -> NodeLayout | None:
+        # The hosts are known: their addresses and ports go into the folder's slurm.conf.
+        return layout(dep) if dep.ssh_hosts else None
+
+    def deploy(self, exp, dep: Deployment, deployment_dir: str, *, max_nodes: int | None,
+               progress: Progress) -> DeployOutcome:
+        if max_nodes:
+            progress.say("note: --max-nodes is for the local target; the ssh target deploys every listed host")
+        res = deploy_ssh(dep, deployment_dir, progress=progress)
+        changed = {phase: sum(v.values()) for phase, v in res.changed.items()}
+        return DeployOutcome([
+            f"{dep.deployment_name}: {len(res.hosts)} host(s) configured over SSH in {res.seconds:.1f}s "
+            f"(changed: install {changed.get('install', 0)}, configure {changed.get('configure', 0)})",
+            f"status:   ctk status {deployment_dir}",
+            f"stop it:  ctk destroy {deployment_dir}"], asdict(res))
+
+    def is_deployed(self, deployment_dir: str) -> bool:
+        return load_state(deployment_dir) is not None
+
+    def status(self, deployment_dir: str) -> Status:
+        return status_ssh(deployment_dir)
+
+    def destroy(self, deployment_dir: str, progress: Progress) -> str:
+        stopped = destroy_ssh(deployment_dir, progress)
+        return (f"destroyed {deployment_dir}: stopped the daemons on {len(stopped)} host(s) "
+                "(packages, /etc/slurm and the munge key stay on them)")
+
+    def exec(self, deployment_dir: str, node: str, argv: list[str]) -> int:
+        return exec_ssh(deployment_dir, node, argv)
+
+    def env(self, deployment_dir: str) -> str:
+        return env_ssh(deployment_dir)
+
+    def job_cluster(self, deployment_dir: str):
+        return job_cluster(deployment_dir)

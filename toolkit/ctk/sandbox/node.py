@@ -12,9 +12,9 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from dataclasses import asdict, dataclass, field
 
+from ..waiting import TimedOut, poll
 from .daemons import DaemonError
 
 
@@ -61,7 +61,7 @@ def node_pid(state_dir: str) -> int | None:
         cmdline = open(f"/proc/{pid}/cmdline", "rb").read()
     except (OSError, ValueError):
         return None
-    return pid if b"ctk.cluster.nodeinit" in cmdline else None
+    return pid if b"ctk.sandbox.nodeinit" in cmdline else None
 
 
 def dead_services(state_dir: str) -> list[str]:
@@ -92,16 +92,14 @@ def boot(spec: NodeSpec, timeout: float = 30.0) -> int:
     init_log = open(os.path.join(spec.logdir, "nodeinit.log"), "ab")
     env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.dirname(__file__)))}
     proc = subprocess.Popen(
-        ["unshare", "--mount", "--uts", "--pid", "--fork", sys.executable, "-m", "ctk.cluster.nodeinit", spec_path],
+        ["unshare", "--mount", "--uts", "--pid", "--fork", sys.executable, "-m", "ctk.sandbox.nodeinit", spec_path],
         stdin=subprocess.DEVNULL, stdout=init_log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        pid = node_pid(spec.state_dir)
-        if pid:
+    try:  # up once nodeinit has written its pid; given up on at once if it exited
+        pid = poll(lambda: node_pid(spec.state_dir) or (proc.poll() is not None and -1), timeout, 0.05)
+        if pid > 0:
             return pid
-        if proc.poll() is not None:
-            break
-        time.sleep(0.05)
+    except TimedOut:
+        pass
     tail = _tail(os.path.join(spec.logdir, "nodeinit.log"))
     if proc.poll() is None:
         proc.kill()
@@ -121,14 +119,17 @@ def stop(state_dir: str, timeout: float = 15.0) -> bool:
     if not pid:
         return False
     os.kill(pid, signal.SIGTERM)
-    deadline = time.time() + timeout
-    while time.time() < deadline and os.path.exists(f"/proc/{pid}"):
+
+    def gone() -> bool:
         try:  # our own child when booted by this process: reap it
             os.waitpid(pid, os.WNOHANG)
         except ChildProcessError:
             pass
-        time.sleep(0.05)
-    if os.path.exists(f"/proc/{pid}"):
+        return not os.path.exists(f"/proc/{pid}")
+
+    try:
+        poll(gone, timeout, 0.05)
+    except TimedOut:
         os.kill(pid, signal.SIGKILL)
     return True
 

@@ -1,0 +1,57 @@
+"""Targets are found by name; a folder that is not a deployment is refused with exit 2."""
+
+import json
+
+import pytest
+
+from ctk import targets
+from ctk.cli import main
+from ctk.errors import UserError
+
+
+def test_registry_names_the_local_and_ssh_targets():
+    assert type(targets.get("local")).__name__ == "LocalTarget"
+    assert type(targets.get("ssh")).__name__ == "SshTarget"
+    assert targets.get("local").name == "local" and targets.get("ssh").name == "ssh"
+
+
+def test_unknown_and_not_deployable_targets_are_user_errors():
+    with pytest.raises(UserError) as e:
+        targets.get("lokal")
+    assert e.value.hint == "did you mean 'local'?"
+    with pytest.raises(UserError) as e:
+        targets.get("gcp")
+    assert "gcluster" in e.value.message
+
+
+@pytest.mark.parametrize("cmd", ["status", "destroy", "env", "exec"])
+def test_a_folder_that_is_not_a_deployment_exits_2(cmd, tmp_path, capsys):
+    (tmp_path / "notes.txt").write_text("not a deployment\n")
+    argv = [cmd, str(tmp_path)] + (["node0", "--", "true"] if cmd == "exec" else [])
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {tmp_path} is not a ctk deployment folder (no deployment.json)\n  hint: ")
+
+
+def test_a_missing_folder_exits_2(tmp_path, capsys):
+    assert main(["status", str(tmp_path / "nope")]) == 2
+    assert "no such deployment folder" in capsys.readouterr().err
+
+
+def test_errors_print_as_json_with_json(tmp_path, capsys):
+    assert main(["status", str(tmp_path / "nope"), "--json"]) == 2
+    out = json.loads(capsys.readouterr().out)
+    assert out == {"ok": False, "error": {"kind": "usage", "message": f"{tmp_path / 'nope'}: no such deployment folder",
+                                          "hint": "create one with 'ctk deploy BLUEPRINT -o DIR'", "exit_code": 2}}
+
+
+def test_destroy_needs_a_folder_or_a_lease(capsys):
+    assert main(["destroy"]) == 2
+    assert "give a deployment folder or --lease N" in capsys.readouterr().err
+
+
+def test_a_deployment_folder_names_its_target(tmp_path):
+    (tmp_path / "deployment.json").write_text(json.dumps({"target": "ssh"}))
+    assert targets.of_folder(str(tmp_path)).name == "ssh"
+    (tmp_path / "deployment.json").write_text(json.dumps({"target": "local"}))
+    assert targets.of_folder(str(tmp_path)).name == "local"

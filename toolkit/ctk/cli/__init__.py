@@ -1,0 +1,70 @@
+"""Command line: arguments are parsed here, one module per command group (blueprint, cluster,
+image, job); each command turns its flags into typed values and calls one function of the
+packages below. Imports are lazy, so `ctk job submit` loads only what a submit needs."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from .. import __version__
+from ..errors import EXIT_USAGE, CtkError
+from . import blueprint, cluster, image, job
+from .common import Parser
+
+
+def build_parser() -> Parser:
+    ap = Parser(prog="ctk", description="Slurm cluster images and jobs for AI/ML training, "
+                "from Cluster Toolkit blueprints.",
+                epilog="Exit codes: 0 success, 1 failure while running, 2 bad input (blueprint, flags).")
+    ap.add_argument("--version", action="version", version=f"ctk {__version__}")
+    sub = ap.add_subparsers(dest="cmd", metavar="COMMAND", parser_class=Parser)
+    blueprint.add_parsers(sub)
+    cluster.add_parsers(sub)
+    job.add_parsers(sub)
+    image.add_parsers(sub)
+    return ap
+
+
+def _report(e: CtkError, as_json: bool) -> int:
+    """Print an error the user can act on: JSON on stdout with --json, else text on stderr."""
+    from ..blueprint.errors import BlueprintErrors
+
+    if as_json:
+        if isinstance(e, BlueprintErrors):  # the shape `ctk validate --json` has always had
+            print(json.dumps({"ok": False, "errors": [x.to_dict() for x in e.errors]}, indent=2))
+        else:
+            print(json.dumps({"ok": False, "error": e.to_dict()}, indent=2))
+    elif isinstance(e, BlueprintErrors):
+        print(e.render(), file=sys.stderr)
+        n = len(e.errors)
+        print(f"{n} error{'s' if n != 1 else ''}", file=sys.stderr)
+    else:
+        print(f"error: {e}", file=sys.stderr)
+    return e.exit_code
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = None
+    if argv[:1] == ["job"] and "--" in argv:  # ctk job render ... -- CMD: CMD is the user's, verbatim
+        i = argv.index("--")
+        argv, command = argv[:i], argv[i + 1:]
+    ap = build_parser()
+    args = ap.parse_args(argv)
+    if command is not None:
+        args.command = command
+    if not args.cmd:
+        ap.print_help()
+        return EXIT_USAGE
+    as_json = bool(getattr(args, "json", False))
+    try:
+        return args.run(args)
+    except CtkError as e:
+        return _report(e, as_json)
+    except OSError as e:  # a path the user named that cannot be read or written, a full disk
+        from ..errors import Failure
+        return _report(Failure(str(e)), as_json)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

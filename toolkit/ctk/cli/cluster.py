@@ -1,0 +1,104 @@
+"""ctk deploy / status / destroy / exec / env: a deployment on its target."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from ..errors import EXIT_FAIL, EXIT_OK, UserError
+from .common import BlueprintRef, blueprint_args, progress_of
+
+
+def add_parsers(sub) -> None:
+    p = sub.add_parser("deploy", help="build the images and bring the cluster up (local target: this machine)",
+                       description="Create or update the deployment folder, build or reuse the images, and "
+                       "boot one lab node per Slurm node (controller, computes, login) on this machine. "
+                       "Re-running it is idempotent: unchanged nodes keep running, a changed partition "
+                       "layout is applied with `scontrol reconfigure`, a dead node is brought back. "
+                       "With a ctk/target/ssh module (the ssh target) it configures the listed machines "
+                       "over SSH with ctk's Ansible roles instead (install, then configure phase); "
+                       "re-running it changes nothing on an unchanged cluster.")
+    blueprint_args(p)
+    p.add_argument("-o", "--out", metavar="DIR", help="deployment folder (default: ./DEPLOYMENT_NAME)")
+    p.add_argument("--max-nodes", type=int, default=None, metavar="N",
+                   help="cap each nodeset at N nodes on the local target (default: 4)")
+    p.add_argument("-q", "--quiet", action="store_true", help="print only the result")
+    p.add_argument("--json", action="store_true", help="machine-readable result")
+    p.set_defaults(run=deploy)
+
+    p = sub.add_parser("status", help="nodes and partitions of a deployed cluster (lab or ssh target)")
+    p.add_argument("dir", nargs="?", default=".", help="deployment folder (default: .)")
+    p.add_argument("--json", action="store_true", help="machine-readable status")
+    p.set_defaults(run=status)
+
+    p = sub.add_parser("destroy", help="stop every daemon of a lab cluster and free its addresses and ports "
+                       "(ssh target: stop the daemons on the hosts; packages stay)",
+                       description="Stop a deployment. A lab whose folder was removed while it ran is "
+                       "still found (through its lease) and stopped: give the folder's old path, or "
+                       "--lease N.")
+    p.add_argument("dir", nargs="?", help="deployment folder")
+    p.add_argument("--lease", type=int, metavar="N",
+                   help="stop the lab holding lease N (its addresses are 127.0.N.x), wherever its folder is")
+    p.set_defaults(run=destroy)
+
+    p = sub.add_parser("exec", help="run a command inside a node of a lab cluster (ssh target: on a host, over SSH)",
+                       usage="ctk exec DIR NODE -- CMD [ARG...]")
+    p.add_argument("dir", help="deployment folder")
+    p.add_argument("node", help="node name (see ctk status)")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="command to run (after --)")
+    p.set_defaults(run=exec_)
+
+    p = sub.add_parser("env", help="print exports that point the host's sbatch/srun/squeue at a lab cluster "
+                       "(or an ssh target's)",
+                       description='Use as: eval "$(ctk env DIR)"')
+    p.add_argument("dir", help="deployment folder")
+    p.set_defaults(run=env)
+
+
+
+def deploy(args) -> int:
+    from .. import targets
+
+    if args.max_nodes is not None and args.max_nodes < 1:
+        raise UserError(f"--max-nodes {args.max_nodes}: must be at least 1")
+    exp = BlueprintRef.of(args).process()
+    out = args.out or os.path.join(".", exp.deployment.deployment_name)
+    outcome = targets.deploy(exp, out, max_nodes=args.max_nodes, progress=progress_of(args))
+    sys.stdout.write(json.dumps(outcome.record, indent=2) + "\n" if args.json else outcome.render())
+    return EXIT_OK
+
+
+def status(args) -> int:
+    from .. import targets
+
+    st = targets.of_folder(args.dir).status(args.dir)
+    sys.stdout.write(json.dumps(st.to_dict(), indent=2) + "\n" if args.json else st.render())
+    return EXIT_OK if st.healthy else EXIT_FAIL
+
+
+def destroy(args) -> int:
+    from .. import targets
+
+    if (args.dir is None) == (args.lease is None):
+        raise UserError("ctk destroy: give a deployment folder or --lease N (not both)",
+                        hint="ctk destroy DIR")
+    print(targets.destroy(args.dir, progress_of(args), lease=args.lease))
+    return EXIT_OK
+
+
+def exec_(args) -> int:
+    from .. import targets
+
+    cmd = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not cmd:
+        raise UserError("ctk exec: no command given", hint="ctk exec DIR NODE -- hostname")
+    return targets.of_folder(args.dir).exec(args.dir, args.node, cmd)
+
+
+def env(args) -> int:
+    from .. import targets
+
+    sys.stdout.write(targets.of_folder(args.dir).env(args.dir))
+    return EXIT_OK

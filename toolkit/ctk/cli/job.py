@@ -1,0 +1,186 @@
+"""ctk job templates / render / submit / status / logs / cancel / list.
+
+Kept light: `ctk job submit` imports only what a submit needs (the template engine and the
+scheduler), not the blueprint engine or the targets' builders."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from ..errors import UserError
+from .common import Parser, show_help
+
+
+def add_parsers(sub) -> None:
+    job = sub.add_parser("job", help="render, submit and follow JAX training jobs from sbatch templates",
+                         description="Batch scripts from the templates in sbatch/: resources, srun launch, "
+                         "JAX/XLA/NCCL/TPU settings, preemption-safe mode. With --deployment the "
+                         "accelerator, GPUs per node, network and TPU facts come from the cluster. "
+                         "submit/status/logs/cancel/list work on a local deployment (--deployment DIR), "
+                         "on any Slurm cluster through its login node over SSH (--host USER@HOST), or, "
+                         "run on a login node, on that node's own cluster. "
+                         "Exit codes: 0 done, 1 the cluster failed or refused, 2 bad arguments.")
+    job.set_defaults(run=lambda args: show_help(job))
+    jsub = job.add_subparsers(dest="job_cmd", metavar="SUBCOMMAND", parser_class=Parser)
+
+    def cluster_args(p, deployment_help="deployment folder of a local cluster"):
+        g = p.add_argument_group("cluster (one of; neither: this machine's own Slurm, as on a login node)")
+        g.add_argument("--deployment", metavar="DIR", help=deployment_help)
+        g.add_argument("--host", metavar="USER@HOST[:PORT]",
+                       help="a login node reached over SSH (Fabric); also a Host of your SSH config")
+        g.add_argument("-i", "--identity", metavar="FILE", help="with --host: the SSH private key")
+        g.add_argument("--ssh-config", metavar="FILE", help="with --host: an SSH config file (default ~/.ssh/config)")
+
+    def template_args(p):
+        p.add_argument("template", help="template name (see ctk job templates)")
+        p.add_argument("--set", action="append", default=[], metavar="K=V", dest="sets",
+                       help="set a template parameter (repeatable; lists as [a, b] or a,b)")
+        p.add_argument("--nodes", metavar="N", help="number of nodes (same as --set nodes=N)")
+        p.add_argument("--nodeset", metavar="NAME", help="nodeset to run on (default: the default partition's first)")
+        p.set_defaults(command=[])  # the words after `--` (split off in main)
+
+    p = jsub.add_parser("templates", help="the templates and their parameters")
+    p.add_argument("--json", action="store_true", help="machine-readable list")
+    p.set_defaults(run=templates)
+    p = jsub.add_parser("render", help="print the batch script of a template",
+                        usage="ctk job render TEMPLATE [--set K=V]... [--nodes N] [--deployment DIR] "
+                        "[--nodeset NAME] [--check [--host USER@HOST]] [-- CMD [ARG...]]",
+                        description="Print the batch script. With --check, also ask the cluster whether it "
+                        "would run it (sbatch --test-only: nothing is queued); the answer goes to stderr "
+                        "and a refusal exits 1.")
+    template_args(p)
+    cluster_args(p, "deployment folder whose deployment.json describes the cluster (and, with --check, "
+                 "the local cluster that checks it)")
+    p.add_argument("--check", action="store_true", help="run sbatch --test-only on the cluster")
+    p.set_defaults(run=render)
+
+    p = jsub.add_parser("submit", help="render a template and submit it; print the job id",
+                        usage="ctk job submit TEMPLATE [--deployment DIR | --host USER@HOST] [--set K=V]... "
+                        "[--nodes N] [--nodeset NAME] [--wait] [-- CMD [ARG...]]",
+                        description="Render the template, store the script in the cluster's ~/.ctk-jobs "
+                        "(/home/.ctk-jobs in a lab), sbatch it there and print the job id. The job is "
+                        "recorded in the local registry, so status/logs/cancel work later. With --host "
+                        "and --deployment, the facts come from the deployment and the job goes to the host.")
+    template_args(p)
+    cluster_args(p)
+    p.add_argument("--wait", action="store_true", help="follow the job to its end and exit with its exit code")
+    p.add_argument("--sbatch", action="append", default=[], metavar="OPT", dest="sbatch_args",
+                   help="an extra sbatch option, given as one word (repeatable), e.g. "
+                   "--sbatch=--dependency=afterok:12 or --sbatch=--hold")
+    p.add_argument("--json", action="store_true",
+                   help="print the job's record as JSON (with --wait: also its final state and exit code)")
+    p.set_defaults(run=submit)
+    p = jsub.add_parser("status", help="Slurm state of jobs submitted through ctk (one squeue call)",
+                        description="States from one squeue call; jobs Slurm no longer lists come from "
+                        "the registry (final states seen before), the accounting database (sacct) or, "
+                        "in a lab, slurmctld's job completion log.")
+    p.add_argument("ids", nargs="*", metavar="ID", help="job ids (default: every job in the registry)")
+    cluster_args(p)
+    p.add_argument("--json", action="store_true", help="machine-readable states")
+    p.set_defaults(run=status)
+    p = jsub.add_parser("logs", help="print a job's stdout (ID_TASK: one array task's)")
+    p.add_argument("id", metavar="ID", help="job id, or ID_TASK for one task of an array job")
+    cluster_args(p)
+    p.add_argument("-f", "--follow", action="store_true", help="keep printing until the job ends")
+    p.add_argument("--stderr", action="store_true", help="the job's stderr instead")
+    p.set_defaults(run=logs)
+    p = jsub.add_parser("cancel", help="cancel a job (scancel)")
+    p.add_argument("id", metavar="ID", help="job id")
+    cluster_args(p)
+    p.set_defaults(run=cancel)
+    p = jsub.add_parser("list", help="jobs submitted through ctk to a cluster (the local registry)")
+    cluster_args(p)
+    p.add_argument("--json", action="store_true", help="the registry's records as JSON")
+    p.set_defaults(run=list_)
+
+
+
+def _ref(args):
+    from ..jobs.commands import ClusterRef
+
+    return ClusterRef(args.deployment, args.host, args.identity, args.ssh_config)
+
+
+def templates(args) -> int:
+    from ..jobs import commands as jobcli
+
+    sys.stdout.write(jobcli.templates_text(args.json))
+    return 0
+
+
+def render(args) -> int:
+    from ..jobs import commands as jobcli
+
+    if not args.check and (args.host or args.identity or args.ssh_config):
+        raise UserError("--host, --identity and --ssh-config go with --check",
+                        hint="ctk job render TEMPLATE --check --host USER@HOST")
+    script = jobcli.render_cli(args.template, args.sets, args.nodes, args.deployment, args.nodeset, args.command)
+    if not args.check:
+        sys.stdout.write(script)
+        return 0
+    cluster = jobcli.cluster_of(_ref(args))
+    try:
+        ok, answer = jobcli.check_script(script, cluster)
+    finally:
+        cluster.close()
+    sys.stdout.write(script)
+    sys.stdout.flush()
+    print(f"sbatch --test-only: {'accepted' if ok else 'REFUSED'}: {answer}", file=sys.stderr)
+    return 0 if ok else 1
+
+
+def submit(args) -> int:
+    from ..jobs import commands as jobcli
+
+    req = jobcli.SubmitRequest(args.template, tuple(args.sets), args.nodes, args.nodeset, tuple(args.command),
+                               _ref(args), tuple(args.sbatch_args))
+    job = jobcli.submit_cli(req)
+    if not args.json:
+        print(job.id, flush=True)
+    code = 0
+    if args.wait:
+        state = jobcli.follow(job, sys.stdout, print_logs=False, progress=sys.stderr)
+        code = jobcli.final_exit_code(job, state)
+        print(f"job {job.id}: {state} (exit code {code})", file=sys.stderr)
+    if args.json:
+        out = {k: v for k, v in job.record.items() if k != "params"}
+        out["params"] = job.record.get("params")
+        if args.wait:
+            out.update(state=state, exit_code=code)
+        print(json.dumps(out, indent=2, default=str))
+    return code
+
+
+def status(args) -> int:
+    from ..jobs import commands as jobcli
+
+    sys.stdout.write(jobcli.status_text(jobcli.status_rows(args.ids, _ref(args)), args.json))
+    return 0
+
+
+def logs(args) -> int:
+    from ..jobs import commands as jobcli
+
+    job, task = jobcli.load_job(args.id, _ref(args))
+    if args.follow:
+        jobcli.follow(job, sys.stdout, task=task, stderr=args.stderr)
+    else:
+        sys.stdout.write(job.logs(stderr=args.stderr, task=task))
+    return 0
+
+
+def cancel(args) -> int:
+    from ..jobs import commands as jobcli
+
+    job, _ = jobcli.load_job(args.id, _ref(args))
+    job.cancel()
+    print(f"job {args.id}: cancel requested", file=sys.stderr)
+    return 0
+
+
+def list_(args) -> int:
+    from ..jobs import commands as jobcli
+
+    sys.stdout.write(jobcli.list_text(_ref(args), args.json))
+    return 0

@@ -1,0 +1,217 @@
+"""What every target offers, and the parts they share.
+
+A target takes a planned Deployment somewhere: `local` boots it on this machine, `ssh`
+configures existing machines. Each one is a `Target` (deploy, status, destroy, exec, env and
+the job cluster a deployment hands to `ctk job`), looked up by name in ctk.targets; nothing
+else tests a target's name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable, Iterator
+
+from ..errors import UserError
+from ..locks import Busy, lock_file
+from ..progress import Progress
+from ..waiting import TimedOut, poll
+
+if TYPE_CHECKING:
+    from ..blueprint.expand import Expanded
+    from ..connect.base import Cluster
+    from ..model import Deployment
+    from ..render.slurmconf import NodeLayout
+
+# sinfo's node states in which a node takes jobs (flags such as * or ~ stripped).
+READY_STATES = ("idle", "allocated", "mixed", "completing")
+_STATE_FLAGS = "*~#!%$@^-"
+
+
+@dataclass
+class NodeStatus:
+    name: str
+    role: str  # controller | compute | login
+    addr: str
+    running: bool  # its daemons are up
+    dead_services: list[str] = field(default_factory=list)
+    slurm_state: str | None = None  # compute nodes: sinfo's state
+    image: str | None = None  # local target
+    ssh: dict | None = None  # local login nodes: how to reach them
+    ssh_port: int | None = None  # ssh target
+    reachable: bool | None = None  # ssh target: the host answered over SSH
+
+
+@dataclass
+class PartitionStatus:
+    partition: str
+    default: bool
+    avail: str
+    nodes: int
+    state: str
+    nodelist: str
+    gres: str
+
+
+@dataclass
+class Status:
+    """What `ctk status` reports of a deployment."""
+
+    deployment: str
+    target: str
+    controller_reachable: bool
+    nodes: list[NodeStatus]
+    partitions: list[PartitionStatus] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    host_munged: bool | None = None
+    # A deploy that did not finish (killed part-way): the nodes it left running are listed.
+    interrupted: bool = False
+
+    @property
+    def healthy(self) -> bool:
+        return (not self.interrupted and self.controller_reachable and bool(self.nodes)
+                and all(x.running for x in self.nodes))
+
+    def to_dict(self) -> dict:
+        def clean(d: dict) -> dict:
+            return {k: v for k, v in d.items() if v is not None}
+        d = clean({k: v for k, v in dataclasses.asdict(self).items() if k not in ("nodes", "partitions")})
+        d["nodes"] = [clean(dataclasses.asdict(x)) for x in self.nodes]
+        d["partitions"] = [dataclasses.asdict(p) for p in self.partitions]
+        return d
+
+    def render(self) -> str:
+        head = f"deployment {self.deployment}: slurmctld " + ("reachable" if self.controller_reachable else "NOT reachable")
+        lines = [head]
+        if self.interrupted:
+            lines.append(f"a deploy did not complete: {sum(x.running for x in self.nodes)} node(s) left running "
+                         "(ctk deploy finishes it; ctk destroy stops them)")
+        lines.append("")
+        if self.nodes:
+            w = max(len(x.name) for x in self.nodes)
+            lines.append(f"{'NODE':<{w}}  {'ROLE':<10} {'ADDRESS':<14} {'DAEMONS':<8} SLURM")
+            for x in self.nodes:
+                proc = "up" if x.running else ("DOWN" if not x.dead_services else "DEAD:" + ",".join(x.dead_services))
+                lines.append(f"{x.name:<{w}}  {x.role:<10} {x.addr:<14} {proc:<8} {x.slurm_state or '-'}")
+        if self.partitions:
+            lines += ["", f"{'PARTITION':<12} {'AVAIL':<6} {'NODES':>5}  {'STATE':<10} {'GRES':<14} NODELIST"]
+            for p in self.partitions:
+                lines.append(f"{p.partition + ('*' if p.default else ''):<12} {p.avail:<6} {p.nodes:>5}  "
+                             f"{p.state:<10} {p.gres:<14} {p.nodelist}")
+        for x in self.nodes:
+            if x.ssh:
+                lines += ["", f"login {x.name}: ssh -F {x.ssh['ssh_config']} {x.name}",
+                          f"  jobs through it: ctk job submit TEMPLATE --host {x.name} "
+                          f"--ssh-config {x.ssh['ssh_config']} ..."]
+        return "\n".join(lines) + "\n"
+
+
+@dataclass
+class DeployOutcome:
+    """What `ctk deploy` prints: a summary, the next commands, and the target's own record."""
+
+    lines: list[str]
+    record: dict
+
+    def render(self) -> str:
+        return "\n".join(self.lines) + "\n"
+
+
+class Target:
+    """A place deployments go. Subclasses implement every method."""
+
+    name = ""
+
+    def folder_layout(self, dep: "Deployment") -> "NodeLayout | None":
+        """Where the daemons listen, for the slurm.conf written into the deployment folder;
+        None: the generic layout (pure)."""
+        return None
+
+    def deploy(self, exp: "Expanded", dep: "Deployment", deployment_dir: str, *, max_nodes: int | None,
+               progress: Progress) -> DeployOutcome:
+        raise NotImplementedError
+
+    def is_deployed(self, deployment_dir: str) -> bool:
+        raise NotImplementedError
+
+    def status(self, deployment_dir: str) -> Status:
+        raise NotImplementedError
+
+    def destroy(self, deployment_dir: str, progress: Progress) -> str:
+        """Stop what the deployment runs; the message `ctk destroy` prints."""
+        raise NotImplementedError
+
+    def exec(self, deployment_dir: str, node: str, argv: list[str]) -> int:
+        raise NotImplementedError
+
+    def env(self, deployment_dir: str) -> str:
+        """Shell exports that point Slurm's commands at the cluster."""
+        raise NotImplementedError
+
+    def job_cluster(self, deployment_dir: str) -> "Cluster":
+        """Where `ctk job --deployment DIR` sends its Slurm commands."""
+        raise NotImplementedError
+
+
+# ---- shared parts ------------------------------------------------------------------------
+
+def target_of_folder(deployment_dir: str) -> str | None:
+    """The target a deployment folder was created for, or None if it is not one."""
+    try:
+        with open(os.path.join(deployment_dir, "deployment.json")) as f:
+            return json.load(f).get("target") or "local"
+    except (OSError, ValueError):
+        return None
+
+
+@contextmanager
+def deployment_lock(deployment_dir: str) -> Iterator[None]:
+    """Two deploys (or a deploy and a destroy) of one deployment never interleave."""
+    os.makedirs(deployment_dir, exist_ok=True)
+    try:
+        with lock_file(os.path.join(deployment_dir, ".ctk.lock"), wait=False, mode=0o644):
+            yield
+    except Busy:
+        raise UserError(f"another ctk command is working on {deployment_dir}; wait for it to finish") from None
+
+
+def parse_node_states(sinfo_out: str) -> dict[str, str]:
+    """`sinfo -h -N -o '%N %T'` as {node: state}."""
+    return dict(line.split(None, 1) for line in sinfo_out.splitlines() if len(line.split()) == 2)
+
+
+SINFO_PARTITIONS = ["sinfo", "-h", "-o", "%P|%a|%D|%T|%N|%G"]
+
+
+def parse_partitions(sinfo_out: str) -> list[PartitionStatus]:
+    """The output of SINFO_PARTITIONS as PartitionStatus rows."""
+    out = []
+    for line in sinfo_out.splitlines():
+        if line.count("|") != 5:
+            continue
+        name, avail, count, st, nodelist, gres = line.split("|")
+        out.append(PartitionStatus(name.rstrip("*"), name.endswith("*"), avail, int(count), st, nodelist, gres))
+    return out
+
+
+def wait_ready(node_states: Callable[[], dict[str, str]], computes: list[str], timeout: float,
+               progress: Progress, interval: float, error: Callable[[str], Exception]) -> None:
+    """Poll NODE_STATES until every compute node takes jobs; raise ERROR(states) on timeout."""
+    seen: dict[str, str] = {}
+
+    def ready() -> bool:
+        seen.clear()
+        seen.update(node_states())
+        waiting = [n for n in computes if seen.get(n, "?").rstrip(_STATE_FLAGS) not in READY_STATES]
+        if seen and waiting:
+            progress.task(f"waiting for {len(waiting)} node(s): "
+                          + ", ".join(f"{n}={seen.get(n, '?')}" for n in waiting[:4]))
+        return bool(seen) and not waiting
+
+    try:
+        poll(ready, timeout, interval)
+    except TimedOut:
+        raise error(", ".join(f"{n}={seen.get(n, 'unknown')}" for n in computes)) from None
