@@ -12,12 +12,14 @@ import os
 from importlib.resources import files
 from pathlib import Path
 
+from .errors import Failure
+
 
 def _data(name: str) -> str:
     res = files("ctk") / "data" / name
     if not isinstance(res, Path):
-        raise RuntimeError(f"ctk's data folder {name!r} is not on the filesystem ({res!r}); "
-                           "install ctk unzipped (pip install)")
+        raise Failure(f"ctk's data folder {name!r} is not on the filesystem ({res!r})",
+                      hint="install ctk unzipped (pip install)")
     return str(res)
 
 

@@ -32,13 +32,14 @@ def deployment_cluster(deployment: str) -> Cluster:
     """The cluster of a deployment folder, as its target hands it over."""
     from .. import targets
 
-    if not os.path.isdir(deployment):
-        raise UserError(f"--deployment {deployment}: no such folder",
-                        hint="deploy a cluster with 'ctk deploy BLUEPRINT -o DIR'")
-    if targets.target_of_folder(deployment) is None:
+    name = targets.target_of_folder(deployment)  # reads deployment.json, once
+    if name is None:
+        if not os.path.isdir(deployment):
+            raise UserError(f"--deployment {deployment}: no such folder",
+                            hint="deploy a cluster with 'ctk deploy BLUEPRINT -o DIR'")
         raise UserError(f"--deployment {deployment}: no deployment.json there",
                         hint="create and deploy it with 'ctk deploy BLUEPRINT -o DIR'")
-    return targets.of_folder(deployment).job_cluster(deployment)
+    return targets.get(name).job_cluster(deployment)
 
 
 def __getattr__(name: str):

@@ -69,11 +69,6 @@ class ClusterRef:
     identity: str | None = None
     ssh_config: str | None = None
 
-    def open(self):
-        from .clusters import open_cluster
-
-        return open_cluster(self.deployment, self.host, self.identity, self.ssh_config)
-
     def flags(self) -> str:
         """The flags again, for hints."""
         if self.host:
@@ -94,7 +89,9 @@ class SubmitRequest:
 
 def cluster_of(ref: ClusterRef):
     """The cluster named by --host (with --identity/--ssh-config) or --deployment."""
-    return ref.open()
+    from .clusters import open_cluster
+
+    return open_cluster(ref.deployment, ref.host, ref.identity, ref.ssh_config)
 
 
 def submit_cli(req: SubmitRequest):

@@ -345,7 +345,7 @@ def pick_nodeset(cluster: Deployment, nodeset: str | None) -> tuple[Nodeset, str
     if nodeset not in names:
         hint = did_you_mean(nodeset, names) or f"nodesets: {', '.join(names) or '(none)'}"
         raise UserError(f"--nodeset {nodeset}: no such nodeset in deployment {cluster.deployment_name!r}",
-                        hint=f"{hint}")
+                        hint=hint)
     parts = [p for p in cluster.partitions if nodeset in p.nodesets]
     parts.sort(key=lambda p: not p.is_default)
     return cluster.nodeset(nodeset), parts[0].name if parts else None

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 from ..errors import Failure
-from ..waiting import TimedOut, poll
+from .proc import terminate
 from .net import free_port as free_tcp_port
 
 __all__ = [
@@ -245,14 +245,7 @@ def ensure_munged(directory: str | os.PathLike, key_file: str | os.PathLike) -> 
 def stop_munged(directory: str | os.PathLike, timeout: float = 5.0) -> bool:
     """Stop the munged of DIRECTORY (SIGTERM, then wait); False if none ran."""
     pid = munged_pid(directory)
-    if pid is None:
-        return False
-    os.kill(pid, signal.SIGTERM)
-    try:
-        poll(lambda: not os.path.exists(f"/proc/{pid}"), timeout, 0.05)
-    except TimedOut:
-        os.kill(pid, signal.SIGKILL)
-    return True
+    return pid is not None and terminate(pid, timeout)
 
 
 def _conf_value(conf_path: Path, key: str) -> str | None:

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 
 from ..waiting import TimedOut, poll
+from .proc import terminate
 from .daemons import DaemonError
 
 
@@ -94,12 +94,16 @@ def boot(spec: NodeSpec, timeout: float = 30.0) -> int:
     proc = subprocess.Popen(
         ["unshare", "--mount", "--uts", "--pid", "--fork", sys.executable, "-m", "ctk.sandbox.nodeinit", spec_path],
         stdin=subprocess.DEVNULL, stdout=init_log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
-    try:  # up once nodeinit has written its pid; given up on at once if it exited
-        pid = poll(lambda: node_pid(spec.state_dir) or (proc.poll() is not None and -1), timeout, 0.05)
-        if pid > 0:
-            return pid
+    def booted_or_exited() -> bool:  # up once nodeinit has written its pid
+        return node_pid(spec.state_dir) is not None or proc.poll() is not None
+
+    try:
+        poll(booted_or_exited, timeout, 0.05)
     except TimedOut:
         pass
+    pid = node_pid(spec.state_dir)
+    if pid:
+        return pid
     tail = _tail(os.path.join(spec.logdir, "nodeinit.log"))
     if proc.poll() is None:
         proc.kill()
@@ -116,22 +120,7 @@ def _tail(path: str, n: int = 20) -> str:
 def stop(state_dir: str, timeout: float = 15.0) -> bool:
     """Stop a node (SIGTERM to its PID 1, SIGKILL after `timeout`); True if it was running."""
     pid = node_pid(state_dir)
-    if not pid:
-        return False
-    os.kill(pid, signal.SIGTERM)
-
-    def gone() -> bool:
-        try:  # our own child when booted by this process: reap it
-            os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            pass
-        return not os.path.exists(f"/proc/{pid}")
-
-    try:
-        poll(gone, timeout, 0.05)
-    except TimedOut:
-        os.kill(pid, signal.SIGKILL)
-    return True
+    return bool(pid) and terminate(pid, timeout)
 
 
 def exec_argv(state_dir: str, argv: list[str]) -> list[str]:

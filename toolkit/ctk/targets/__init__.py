@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import importlib
 import os
-
 from typing import TYPE_CHECKING
 
 from ..errors import UserError, did_you_mean
@@ -84,8 +83,7 @@ def destroy(deployment_dir: str | None, progress: Progress, lease: int | None = 
         stopped = local.destroy_local(holder)
         return f"destroyed the lab of lease {lease} ({holder}): stopped {len(stopped)} node(s)"
     assert deployment_dir is not None
-    if target_of_folder(deployment_dir) is None and not os.path.isdir(deployment_dir) \
-            and local.has_leftovers(deployment_dir):
+    if not os.path.isdir(deployment_dir) and local.has_leftovers(deployment_dir):
         stopped = local.destroy_local(deployment_dir)
         return f"destroyed {deployment_dir} (its folder is gone): stopped {len(stopped)} node(s)"
     target = of_folder(deployment_dir)

@@ -29,19 +29,21 @@ def _registry_dir() -> str:
 
 
 @contextmanager
-def _locked():
+def _locked(write: bool = True):
+    """The registry under its lock; written back at the end of the block when WRITE."""
     d = _registry_dir()
-    with lock_file(os.path.join(d, "leases.lock")):
+    with lock_file(os.path.join(d, "leases.lock"), shared=not write):
         path = os.path.join(d, "leases.json")
         try:
             leases = json.load(open(path))
         except (FileNotFoundError, ValueError):
             leases = {}
         yield leases
-        tmp = path + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(leases, f, indent=1, sort_keys=True)
-        os.replace(tmp, path)
+        if write:
+            tmp = path + ".tmp"
+            with open(tmp, "w") as f:
+                json.dump(leases, f, indent=1, sort_keys=True)
+            os.replace(tmp, path)
 
 
 def _ports_free(n: int) -> bool:
@@ -71,13 +73,13 @@ def lease(deployment_dir: str) -> int:
 
 
 def leased(deployment_dir: str) -> bool:
-    with _locked() as leases:
+    with _locked(write=False) as leases:
         return os.path.realpath(deployment_dir) in leases
 
 
 def holder(n: int) -> str | None:
     """The deployment folder that holds lease N (it may no longer exist)."""
-    with _locked() as leases:
+    with _locked(write=False) as leases:
         return next((k for k, v in leases.items() if v == n), None)
 
 

@@ -37,7 +37,7 @@ from ..progress import Progress
 from ..render.hostlist import compress
 from ..sandbox import node as nodes
 from ..sandbox.daemons import DaemonError, ensure_munge_key, ensure_munged, munged_pid, stop_munged
-from ..waiting import TimedOut, poll
+from ..sandbox.proc import terminate
 from . import leases
 from .base import (SINFO_PARTITIONS, DeployOutcome, NodeStatus, Status, Target, parse_node_states,
                    parse_partitions, wait_ready)
@@ -485,23 +485,8 @@ def _lab_processes(deployment_dir: str) -> list[tuple[int, str, bool]]:
 def stop_leftovers(deployment_dir: str, only_orphans: bool = False) -> list[str]:
     """Stop the lab processes of DEPLOYMENT_DIR that no state file leads to (ONLY_ORPHANS:
     just those whose files are gone); the node names stopped."""
-    import signal
-
-    stopped = []
     procs = [p for p in _lab_processes(deployment_dir) if not (only_orphans and p[2])]
-    for pid, name, _ in procs:
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            continue
-        if name != "host-munge":
-            stopped.append(name)
-    for pid, _, _ in procs:
-        try:
-            poll(lambda: not os.path.exists(f"/proc/{pid}"), 15, 0.05)
-        except TimedOut:
-            os.kill(pid, signal.SIGKILL)
-    return sorted(stopped)
+    return sorted(name for pid, name, _ in procs if terminate(pid) and name != "host-munge")
 
 
 def has_leftovers(deployment_dir: str) -> bool:
@@ -578,7 +563,7 @@ class LabCluster(HereCluster):
         self._env_cache: dict[str, str] | None = None
 
     def __repr__(self) -> str:
-        return f"LocalCluster({self.dir!r})"
+        return f"LabCluster({self.dir!r})"
 
     def deployment_dir(self) -> str:
         return self.dir

@@ -40,7 +40,6 @@ from dataclasses import asdict, dataclass, field
 from .. import atomic, paths
 from ..ansible_out import parse_recap
 from ..errors import UserError, did_you_mean
-from ..images.build import host_ca_bundle
 from ..model import Deployment, ImageSpec, SshHost
 from ..progress import Progress
 from ..render.slurmconf import (PROD_LOG_DIR, PROD_PID_DIR, PROD_SLURMCTLD_PORT, PROD_SLURMD_PORT,
@@ -162,6 +161,8 @@ def stop_inventory(hosts: list[SshHost], sdir: str) -> dict:
 
 def inventory(dep: Deployment, sdir: str) -> dict:
     """The Ansible inventory (YAML; written as JSON): key files by path only."""
+    from ..images.build import host_ca_bundle  # the image builder: only a deploy needs it
+
     bundle = host_ca_bundle()
     all_vars = {
         **_connection_vars(sdir),
