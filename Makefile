@@ -7,7 +7,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # Debian packages the tests and the local target use.
-SYS_PKGS := python3-venv slurm-wlm slurmdbd mariadb-server munge packer shellcheck debootstrap openssh-client zstd e2fsprogs buildah util-linux
+SYS_PKGS := python3-venv iproute2 slurm-wlm slurmdbd mariadb-server munge packer shellcheck debootstrap openssh-client zstd e2fsprogs buildah util-linux
 # tests/integration/test_roles.py applies the roles over Ansible's chroot connection, which only
 # community.general has: PyPI's `ansible` (12.x carries ansible-core 2.19, as ctk's own pin gets)
 # in its own venv, where the test looks for it, so that it leaves ctk's ansible-core alone.

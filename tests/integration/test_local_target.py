@@ -296,11 +296,11 @@ def test_job_api_cancel_and_status_of_several_jobs(lab):
     assert r.returncode == 2 and "not submitted through ctk" in r.stderr
 
 
-def _listening() -> dict[int, tuple[str, int]]:
-    """Socket inode -> (address, port) of every listening TCP socket on this machine."""
+def _listening(pid: int) -> set[tuple[str, int]]:
+    """(address, port) of every listening TCP socket in the network namespace of PID."""
     import ipaddress
-    out = {}
-    for table, v6 in (("/proc/net/tcp", False), ("/proc/net/tcp6", True)):
+    out = set()
+    for table in (f"/proc/{pid}/net/tcp", f"/proc/{pid}/net/tcp6"):
         for line in open(table).read().splitlines()[1:]:
             f = line.split()
             if f[3] != "0A":  # LISTEN
@@ -309,45 +309,37 @@ def _listening() -> dict[int, tuple[str, int]]:
             raw = bytes.fromhex(hexaddr)
             # /proc/net prints each 32-bit word in host (little-endian) order
             raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
-            out[int(f[9])] = (str(ipaddress.ip_address(raw)), int(hexport, 16))
+            out.add((str(ipaddress.ip_address(raw)), int(hexport, 16)))
     return out
 
 
-def _sockets_of_namespace(ns: str) -> set[int]:
-    """Socket inodes held by the processes of one PID namespace (a lab node)."""
-    inodes = set()
-    for p in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            if os.readlink(f"/proc/{p}/ns/pid") != ns:
-                continue
-            for fd in os.listdir(f"/proc/{p}/fd"):
-                target = os.readlink(f"/proc/{p}/fd/{fd}")
-                if target.startswith("socket:["):
-                    inodes.add(int(target[8:-1]))
-        except OSError:
-            continue
-    return inodes
-
-
-def test_slurmctld_and_sshd_listen_only_on_their_nodes_address(lab):
-    """The controller's and login nodes' daemons; slurmd still listens on every address (see
-    NodeLayout.bind_own_address)."""
+def test_every_lab_daemon_and_srun_listen_only_on_their_nodes_address(lab):
+    """slurmctld, each slurmd, each sshd and an srun inside a batch job: none on 0.0.0.0 or ::.
+    Each node has its own network namespace, so its sockets are in its own /proc/PID/net."""
     state = json.load(open(os.path.join(lab.path, "lab", "state.json")))
-    state["nodes"] = [n for n in state["nodes"] if n["role"] != "compute"]
-    listening = _listening()
-    seen = {}
-    for node in state["nodes"]:
-        pid = int(open(os.path.join(lab.path, "lab", "nodes", node["name"], "pid")).read())
-        socks = [listening[i] for i in _sockets_of_namespace(os.readlink(f"/proc/{pid}/ns/pid")) if i in listening]
-        seen[node["name"]] = socks
-        assert socks, f"{node['name']} listens on nothing"
-        for addr, port in socks:
-            assert addr not in ("0.0.0.0", "::"), f"{node['name']} listens on {addr}:{port}"
-            assert addr == node["addr"], f"{node['name']} ({node['addr']}) listens on {addr}:{port}"
-    roles = {n["name"]: n["role"] for n in state["nodes"]}
-    ports = {n["name"]: n["port"] for n in state["nodes"]}
-    for name, socks in seen.items():  # slurmctld and each sshd on the node's own port
-        assert (next(n["addr"] for n in state["nodes"] if n["name"] == name), ports[name]) in socks, (name, roles[name], socks)
+    first = lab.slurm("sinfo", "-h", "-N", "-p", "debug", "-o", "%N").stdout.split()[0]
+    job = lab.slurm("sbatch", "--parsable", "-N1", "-w", first, "-p", "debug", "-o", "/dev/null",
+                    "--wrap", "srun sleep 60").stdout.strip()
+    try:
+        deadline = time.monotonic() + 60
+        while f"{job}.0" not in lab.slurm("squeue", "-h", "-s", "-j", job, "-o", "%i").stdout.split():  # srun's step
+            assert time.monotonic() < deadline, lab.slurm("squeue", "-j", job, check=False).stdout
+            time.sleep(0.5)
+        seen = {}
+        for node in state["nodes"]:
+            pid = int(open(os.path.join(lab.path, "lab", "nodes", node["name"], "pid")).read())
+            socks = _listening(pid)
+            seen[node["name"]] = socks
+            assert socks, f"{node['name']} listens on nothing"
+            for addr, port in socks:
+                assert addr not in ("0.0.0.0", "::"), f"{node['name']} listens on {addr}:{port}"
+                assert addr == node["addr"], f"{node['name']} ({node['addr']}) listens on {addr}:{port}"
+            # slurmctld, slurmd or sshd on the node's own address and port
+            assert (node["addr"], node["port"]) in socks, (node["name"], node["role"], socks)
+        # srun listens on ephemeral ports of the node its batch script runs on, beside slurmd
+        assert len(seen[first]) > 1, seen[first]
+    finally:
+        lab.slurm("scancel", job, check=False)
 
 
 def _alive(pid: int) -> bool:

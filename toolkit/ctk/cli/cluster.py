@@ -40,7 +40,7 @@ def add_parsers(sub) -> None:
                        "--lease N.")
     p.add_argument("dir", nargs="?", help="deployment folder")
     p.add_argument("--lease", type=int, metavar="N",
-                   help="stop the lab holding lease N (its addresses are 127.0.N.x), wherever its folder is")
+                   help="stop the lab holding lease N (its addresses are 198.18.N.x, its bridge ctkbrN), wherever its folder is")
     p.set_defaults(run=destroy)
 
     p = sub.add_parser("exec", help="run a command inside a node of a lab cluster (ssh target: on a host, over SSH)",

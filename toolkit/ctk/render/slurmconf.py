@@ -92,10 +92,10 @@ class NodeLayout:
     slurmdbd_addr: str | None = None
     slurmdbd_port: int | None = None
     min_job_age: int = 300  # seconds slurmctld keeps a finished job (squeue lists it)
-    # slurmctld listens only on the address its host name resolves to, never on every
-    # interface (each node of a lab has its own name and loopback address). Slurm's
-    # NoInAddrAny would do the same for slurmd, but it also binds srun, and srun inside a
-    # lab's batch job then fails ("Slurmd could not connect IO", seen with 22.05).
+    # slurmctld, slurmd and srun listen only on the address their host name resolves to,
+    # never on every interface (NoCtldInAddrAny, NoInAddrAny). Each node needs its own name
+    # and its own network stack: srun tells slurmd where it listens by the address its
+    # connection comes from, which on a shared loopback is 127.0.0.1 for every node.
     bind_own_address: bool = False
 
 
@@ -340,7 +340,7 @@ def _base_params(dep: Deployment, layout: NodeLayout | None, has_gpus: bool) -> 
         identity.append(("AuthInfo", f"socket={layout.munge_socket}"))
     identity.append(("CredType", "cred/munge"))
     if layout is not None and layout.bind_own_address:
-        identity.append(("CommunicationParameters", "NoCtldInAddrAny"))
+        identity.append(("CommunicationParameters", "NoCtldInAddrAny,NoInAddrAny"))
 
     scheduling: Params = [
         ("MpiDefault", "none"),

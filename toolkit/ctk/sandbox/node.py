@@ -2,7 +2,8 @@
 
 A node is an overlayfs (the image's layers read-only, a per-node upper dir), its own mount,
 UTS and PID namespaces, a chroot, /dev and /sys bound in, tmpfs on /run and /tmp, and its own
-loopback address. Its PID 1 is ctk's nodeinit, which outlives the ctk command that booted it.
+address: a lab node has its own network namespace (netns.py), a build node a loopback
+address. Its PID 1 is ctk's nodeinit, which outlives the ctk command that booted it.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ class NodeSpec:
     run_files: dict[str, dict] = field(default_factory=dict)  # path under /run -> {src, mode, owner}
     run_dirs: list[dict] = field(default_factory=list)  # {path (under /run), mode, owner}
     stop_timeout: float = 10.0
+    netns: str = ""  # path of a network namespace to boot in (netns.create); "" = the host's
 
     @property
     def upper(self) -> str:
@@ -91,8 +93,9 @@ def boot(spec: NodeSpec, timeout: float = 30.0) -> int:
         json.dump(d, f, indent=1)
     init_log = open(os.path.join(spec.logdir, "nodeinit.log"), "ab")
     env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.dirname(__file__)))}
+    enter_net = ["nsenter", f"--net={spec.netns}"] if spec.netns else []
     proc = subprocess.Popen(
-        ["unshare", "--mount", "--uts", "--pid", "--fork", sys.executable, "-m", "ctk.sandbox.nodeinit", spec_path],
+        [*enter_net, "unshare", "--mount", "--uts", "--pid", "--fork", sys.executable, "-m", "ctk.sandbox.nodeinit", spec_path],
         stdin=subprocess.DEVNULL, stdout=init_log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
     def booted_or_exited() -> bool:  # up once nodeinit has written its pid
         return node_pid(spec.state_dir) is not None or proc.poll() is not None
@@ -129,7 +132,7 @@ def exec_argv(state_dir: str, argv: list[str]) -> list[str]:
     if not pid:
         raise DaemonError(f"node at {state_dir} is not running")
     root = os.path.join(state_dir, "root")
-    return ["nsenter", "-t", str(pid), "-m", "-u", "-p", "--", "chroot", root,
+    return ["nsenter", "-t", str(pid), "-m", "-u", "-p", "-n", "--", "chroot", root,
             "/usr/bin/env", "-i", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
             "HOME=/root", "LANG=C.UTF-8", *argv]
 

@@ -1,6 +1,7 @@
-"""Loopback subnets and ports for lab clusters, leased per deployment folder.
+"""Subnets and ports for lab clusters, leased per deployment folder.
 
-Deployment number N (1..249) owns the addresses 127.0.N.1-254 and the TCP ports
+Deployment number N (1..249) owns the subnet of lab N (sandbox/netns.py: 198.18.N.0/24 on
+the bridge ctkbrN) and the TCP ports
 PORT_BASE + 64*N .. +63. The registry lives in /run/ctk, under a lock, so two
 deployments never share addresses or ports; `ctk destroy` releases the lease.
 """
@@ -14,6 +15,7 @@ from contextlib import contextmanager
 
 from ..errors import UserError
 from ..locks import lock_file
+from ..sandbox import netns
 
 PORT_BASE = 20000
 PORTS_PER_LEASE = 64
@@ -89,8 +91,14 @@ def release(deployment_dir: str) -> None:
         leases.pop(key, None)
 
 
+def number(deployment_dir: str) -> int | None:
+    """The lease the deployment holds, if any (never leases one)."""
+    with _locked(write=False) as leases:
+        return leases.get(os.path.realpath(deployment_dir))
+
+
 def addr(n: int, host: int) -> str:
-    return f"127.0.{n}.{host}"
+    return netns.addr(n, host)
 
 
 def port(n: int, i: int) -> int:

@@ -1,7 +1,7 @@
 """The local target: a real Slurm cluster on this machine, booted from the built images.
 
 Every Slurm node (controller, computes, login) is a lab node (see node.py) with its own
-hostname, loopback address and ports; munged runs in each with the cluster's key,
+hostname, network namespace (an address on the lab's bridge, see netns.py) and ports; munged runs in each with the cluster's key,
 slurmctld on the controller, slurmd on the computes, sshd on the login nodes. Shared
 folders are /home and /root (the nodes' only user) on every node, as NFS is on a real
 cluster. The runtime state lives in the deployment folder:
@@ -35,6 +35,7 @@ from ..errors import UserError, did_you_mean
 from ..model import Deployment, ImageSpec
 from ..progress import Progress
 from ..render.hostlist import compress
+from ..sandbox import netns
 from ..sandbox import node as nodes
 from ..sandbox.daemons import DaemonError, ensure_munge_key, ensure_munged, munged_pid, stop_munged
 from ..sandbox.proc import terminate
@@ -63,6 +64,11 @@ class LabNode:
     port: int
     image: str
     nodeset: str = ""
+
+    @property
+    def host(self) -> int:
+        """The node's number in the lab's subnet (the last octet of its address)."""
+        return int(self.addr.rsplit(".", 1)[1])
 
 
 @dataclass
@@ -171,7 +177,9 @@ def layout(plan: LabPlan, host_munge_socket: str | None = None) -> NodeLayout:
         pid_dir="/run", slurm_user="root", controller_host=plan.controller.name,
         slurmd_port=leases.port(plan.n, leases.PORTS_PER_LEASE - 1), munge_socket=host_munge_socket,
         gpu_dev_dir=GPU_DIR_IN_NODE, job_comp_loc=JOBCOMP_IN_NODE, slurmd_timeout=SLURMD_TIMEOUT,
-        bind_own_address=True)
+        # Daemons (and srun) in the nodes bind their node's address; the host's srun, a client
+        # outside the lab's network, keeps listening on any address it is reached from.
+        bind_own_address=host_munge_socket is None)
 
 
 def lab_files(plan: LabPlan, ldir: str) -> dict[str, str]:
@@ -254,7 +262,8 @@ def node_spec(plan: LabPlan, x: LabNode, ldir: str, lowerdirs: list[str]) -> nod
         binds.append({"src": os.path.join(ldir, "slurmctld"), "dest": "/var/spool/slurmctld"})
     return nodes.NodeSpec(
         hostname=x.name, state_dir=os.path.join(ldir, "nodes", x.name), lowerdirs=lowerdirs,
-        services=services, binds=binds, run_files=run_files, run_dirs=run_dirs)
+        services=services, binds=binds, run_files=run_files, run_dirs=run_dirs,
+        netns=os.path.join(netns.NETNS_DIR, netns.netns(plan.n, x.host)))
 
 
 def spec_hash(spec: nodes.NodeSpec, conf_files: dict[str, str]) -> str:
@@ -379,6 +388,7 @@ def deploy_local(dep: Deployment, deployment_dir: str, *, max_nodes: int = DEFAU
                 os.unlink(os.path.join(ldir, rel))
                 changed.append(rel)
         _ensure_host_munged(ldir, key)
+        netns.ensure_bridge(n)
 
         old_nodes = {x["name"]: x for x in old.get("nodes", [])}
         want = {x.name: x for x in plan.nodes}
@@ -390,6 +400,7 @@ def deploy_local(dep: Deployment, deployment_dir: str, *, max_nodes: int = DEFAU
         for name in old_nodes:
             if name not in want:
                 nodes.stop(os.path.join(ldir, "nodes", name))
+                netns.remove(n, int(old_nodes[name]["addr"].rsplit(".", 1)[1]))
                 shutil.rmtree(os.path.join(ldir, "nodes", name), ignore_errors=True)
                 stopped.append(name)
 
@@ -416,6 +427,7 @@ def deploy_local(dep: Deployment, deployment_dir: str, *, max_nodes: int = DEFAU
                 else:
                     booted.append(x.name)
                 progress.task(f"boot {x.role} {x.name} ({x.addr})")
+                netns.create(n, x.host)
                 nodes.boot(spec)
                 started_now.append(spec.state_dir)
             records.append({**asdict(x), "hash": h})
@@ -452,6 +464,9 @@ def _stop_all(deployment_dir: str) -> list[str]:
             if nodes.stop(os.path.join(nd, name)):
                 stopped.append(name)
     stop_munged(os.path.join(ldir, "host-munge"))
+    n = leases.number(deployment_dir)
+    if n is not None:
+        netns.remove_lab(n)
     return stopped
 
 
@@ -498,6 +513,9 @@ def destroy_local(deployment_dir: str) -> list[str]:
     (the deployment folder's generated files stay). Works on a lab whose folder is gone."""
     stopped = _stop_all(deployment_dir) if os.path.isdir(deployment_dir) else []
     stopped += stop_leftovers(deployment_dir)
+    n = leases.number(deployment_dir)
+    if n is not None:
+        netns.remove_lab(n)
     shutil.rmtree(lab_dir(deployment_dir), ignore_errors=True)
     leases.release(deployment_dir)
     return sorted(set(stopped))
