@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -32,3 +33,23 @@ def lab_build(state):
     r = ctk("image", "build", LAB, "--json", env={"CTK_STATE_DIR": state})
     assert r.returncode == 0, r.stderr[-3000:]
     return json.loads(r.stdout)[0]
+
+
+SLURM_COMMANDS = ("sbatch", "srun", "salloc", "squeue", "sinfo", "scontrol", "scancel", "sacct")
+
+
+def without_host_slurm(path: str) -> str:
+    """PATH minus every folder that holds a host Slurm command."""
+    return os.pathsep.join(d for d in path.split(os.pathsep)
+                           if d and not any(os.path.exists(os.path.join(d, c)) for c in SLURM_COMMANDS))
+
+
+def lab_env(deployment_dir: str) -> dict:
+    """The environment `eval "$(ctk env DIR)"` makes, with no host Slurm command left on PATH."""
+    r = ctk("env", deployment_dir)
+    assert r.returncode == 0, r.stderr
+    m = re.fullmatch(r"export PATH=(\S+):\"\$PATH\"\n", r.stdout)
+    assert m, r.stdout
+    env = {k: v for k, v in os.environ.items() if k != "SLURM_CONF"}
+    env["PATH"] = m.group(1) + os.pathsep + without_host_slurm(os.environ["PATH"])
+    return env

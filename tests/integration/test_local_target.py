@@ -12,7 +12,7 @@ import time
 import pytest
 
 from conftest import FIXTURES
-from .conftest import LAB, ctk
+from .conftest import LAB, ctk, lab_env
 
 pytestmark = pytest.mark.integration
 for tool in ("slurmctld", "packer", "debootstrap"):
@@ -31,8 +31,10 @@ class Lab:
         return ctk(*args, env=self.env, timeout=timeout)
 
     def slurm(self, *argv, check=True, timeout=60):
-        env = {**os.environ, "SLURM_CONF": os.path.join(self.path, "lab", "host", "slurm.conf")}
-        r = subprocess.run(list(argv), capture_output=True, text=True, env=env, timeout=timeout)
+        """The lab's own Slurm command, through the wrappers `ctk env` puts on PATH, with no
+        host Slurm command on PATH, from the lab's shared /root."""
+        r = subprocess.run(list(argv), capture_output=True, text=True, env=lab_env(self.path), timeout=timeout,
+                           cwd=os.path.join(self.path, "lab", "root"))
         if check:
             assert r.returncode == 0, f"{argv}: {r.stderr}"
         return r
@@ -196,10 +198,36 @@ def test_a3mega_fixture_schedules_8_gpus_and_refuses_9(lab_build, state, tmp_pat
         lab.ctk("destroy", lab.path)
 
 
+def test_ctk_env_runs_the_labs_own_slurm_commands_with_no_host_slurm(lab):
+    """`eval "$(ctk env DIR)"` in a shell whose PATH holds no host Slurm command: srun runs in
+    the login node, in the node's view of the current folder, and keeps its exit code."""
+    from .conftest import without_host_slurm
+    root = os.path.join(lab.path, "lab", "root")
+    os.makedirs(os.path.join(root, "work"), exist_ok=True)
+    env = {**{k: v for k, v in os.environ.items() if k != "SLURM_CONF"}, "PATH": without_host_slurm(os.environ["PATH"])}
+    script = (f'eval "$({sys.executable} -m ctk env {lab.path})" && command -v srun && '
+              'srun -N2 -p debug hostname && srun -N1 -p debug pwd && srun -N1 -p debug sh -c "exit 7"')
+    r = subprocess.run(["/bin/bash", "-c", script], capture_output=True, text=True, env=env, timeout=120,
+                       cwd=os.path.join(root, "work"))
+    assert r.returncode == 7, (r.stdout, r.stderr)
+    out = r.stdout.split()
+    assert out[0] == os.path.join(lab.path, "lab", "bin", "srun")
+    debug = lab.slurm("sinfo", "-h", "-N", "-p", "debug", "-o", "%N").stdout.split()
+    assert sorted(out[1:3]) == sorted(debug)[:2]
+    assert out[3] == "/root/work"
+    # A folder the nodes do not share: srun says which are shared (exit 2); squeue runs anyway.
+    r = subprocess.run(["/bin/bash", "-c", f'eval "$({sys.executable} -m ctk env {lab.path})" && srun -N1 hostname'],
+                       capture_output=True, text=True, env=env, timeout=60, cwd="/")
+    assert r.returncode == 2 and "is not shared with the lab's nodes" in r.stderr and "/root on the nodes" in r.stderr, r.stderr
+    r = subprocess.run(["/bin/bash", "-c", f'eval "$({sys.executable} -m ctk env {lab.path})" && squeue -h -o %i'],
+                       capture_output=True, text=True, env=env, timeout=60, cwd="/")
+    assert r.returncode == 0, r.stderr
+
+
 def test_destroy_leaves_nothing_behind(lab_build, state, tmp_path_factory):
     lab = deploy(tmp_path_factory, state, "gone", LAB)
-    ports = {int(x) for x in re.findall(r"Port=(\d+)", open(os.path.join(lab.path, "lab", "host",
-                                                                        "slurm.conf")).read())}
+    n = json.load(open(os.path.join(lab.path, "lab", "state.json")))["n"]
+    assert os.path.exists(f"/sys/class/net/ctkbr{n}") and any(x.startswith(f"ctk-{n}-") for x in os.listdir("/run/netns"))
     pids = [int(p) for p in lab.node_pids().values()]
     r = lab.ctk("destroy", lab.path)
     assert r.returncode == 0, r.stderr
@@ -215,19 +243,15 @@ def test_destroy_leaves_nothing_behind(lab_build, state, tmp_path_factory):
             except OSError:
                 pass
     assert not [c for c in cmdlines if lab.path in c]
-    listening = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        if os.path.exists(table):
-            for line in open(table).read().splitlines()[1:]:
-                f = line.split()
-                if f[3] == "0A":  # LISTEN
-                    listening.add(int(f[1].split(":")[1], 16))
-    assert not ports & listening, f"still listening: {ports & listening}"
+    # its network: the bridge, each node's namespace and veth
+    assert not os.path.exists(f"/sys/class/net/ctkbr{n}")
+    assert not [x for x in os.listdir("/run/netns") if x.startswith(f"ctk-{n}-")]
+    assert not [x for x in os.listdir("/sys/class/net") if x.startswith(f"ctk{n}v")]
     assert not os.path.exists(os.path.join(lab.path, "lab"))
 
 
 def test_jax_smoke_template_all_reduces_across_two_nodes(lab):
-    """The jax-smoke template, rendered for the lab and submitted with the host's sbatch: two
+    """The jax-smoke template, rendered for the lab and submitted with the lab's sbatch: two
     JAX processes on two nodes find each other through Slurm and agree on one all-reduce."""
     r = lab.ctk("job", "render", "jax-smoke", "--nodes", "2", "--deployment", lab.path, "--set", "partition=debug",
                 "--", "/opt/ctk/jax/bin/python")
@@ -236,7 +260,7 @@ def test_jax_smoke_template_all_reduces_across_two_nodes(lab):
     script = os.path.join(home, "smoke.sbatch")
     with open(script, "w") as f:
         f.write(r.stdout)
-    jid = lab.slurm("sbatch", "--parsable", "--chdir=/home", script).stdout.strip()
+    jid = lab.slurm("sbatch", "--parsable", "--chdir=/home", "/home/smoke.sbatch").stdout.strip()
     job = {}
     for _ in range(600):
         out = lab.slurm("scontrol", "show", "-o", "job", jid).stdout

@@ -129,11 +129,12 @@ def test_submit_stores_the_script_and_parses_the_id(dep):
 
 def test_local_scripts_are_new_files_in_the_shared_home(dep):
     c = LocalCluster(dep)
+    # sbatch runs in the lab's login node: the script's path is the node's
     p1, p2 = c.put_script("one", "jax-smoke"), c.put_script("two", "jax-smoke")
-    assert p1 != p2 and p1.startswith(os.path.join(dep, "lab", "home", ".ctk-jobs", "jax-smoke-"))
-    assert open(p1).read() == "one"
+    assert p1 != p2 and p1.startswith("/home/.ctk-jobs/jax-smoke-")
+    assert open(c.host_path(p1)).read() == "one"
     node_path = "/home/.ctk-jobs/" + os.path.basename(p2)
-    assert c.host_path(node_path) == p2
+    assert c.host_path(node_path) == os.path.join(dep, "lab", "home", ".ctk-jobs", os.path.basename(p2))
     assert c.read(node_path) == b"two" and c.read(node_path, 1) == b"wo" and c.read("/home/none") == b""
     assert c.host_path("/tmp/x.out") is None and c.read("/tmp/x.out") == b""
 

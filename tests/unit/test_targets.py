@@ -55,3 +55,19 @@ def test_a_deployment_folder_names_its_target(tmp_path):
     assert targets.of_folder(str(tmp_path)).name == "ssh"
     (tmp_path / "deployment.json").write_text(json.dumps({"target": "local"}))
     assert targets.of_folder(str(tmp_path)).name == "local"
+
+
+def test_lab_wrappers_are_valid_python_and_say_when_the_lab_is_down(tmp_path):
+    """A wrapped Slurm command of a lab that is not running exits 1 and names the node."""
+    import subprocess
+    import sys
+
+    from ctk.targets import local
+
+    text = local.wrapper(str(tmp_path / "dep" / "lab"), "lab-login-0", "sbatch", sys.executable)
+    compile(text, "sbatch", "exec")
+    path = tmp_path / "sbatch"
+    path.write_text(text)
+    path.chmod(0o755)
+    r = subprocess.run([str(path), "--wrap", "true"], capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 1 and "the lab's node lab-login-0 is not running" in r.stderr, r.stderr

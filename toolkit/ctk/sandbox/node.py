@@ -126,15 +126,20 @@ def stop(state_dir: str, timeout: float = 15.0) -> bool:
     return bool(pid) and terminate(pid, timeout)
 
 
-def exec_argv(state_dir: str, argv: list[str]) -> list[str]:
-    """The command line that runs `argv` inside a running node."""
+NODE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def exec_argv(state_dir: str, argv: list[str], cwd: str = "/", env: dict[str, str] | None = None) -> list[str]:
+    """The command line that runs `argv` inside a running node, in CWD (a path in the node),
+    with a clean environment plus ENV."""
     pid = node_pid(state_dir)
     if not pid:
         raise DaemonError(f"node at {state_dir} is not running")
     root = os.path.join(state_dir, "root")
+    extra = [f"{k}={v}" for k, v in (env or {}).items()]
     return ["nsenter", "-t", str(pid), "-m", "-u", "-p", "-n", "--", "chroot", root,
-            "/usr/bin/env", "-i", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-            "HOME=/root", "LANG=C.UTF-8", *argv]
+            "/usr/bin/env", "-i", f"--chdir={cwd}", f"PATH={NODE_PATH}", "HOME=/root", "LANG=C.UTF-8",
+            *extra, *argv]
 
 
 def run_in(state_dir: str, argv: list[str], timeout: float = 120, **kw) -> subprocess.CompletedProcess:

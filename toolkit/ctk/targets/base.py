@@ -66,7 +66,8 @@ class Status:
     nodes: list[NodeStatus]
     partitions: list[PartitionStatus] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    host_munged: bool | None = None
+    # The node whose Slurm client commands ctk runs (a lab's login node, else its controller).
+    slurm_client: str | None = None
     # A deploy that did not finish (killed part-way): the nodes it left running are listed.
     interrupted: bool = False
 
@@ -101,6 +102,9 @@ class Status:
             for p in self.partitions:
                 lines.append(f"{p.partition + ('*' if p.default else ''):<12} {p.avail:<6} {p.nodes:>5}  "
                              f"{p.state:<10} {p.gres:<14} {p.nodelist}")
+        if self.slurm_client:
+            lines += ["", f"Slurm commands run in {self.slurm_client}: eval \"$(ctk env DIR)\" puts sbatch, srun, "
+                      "squeue, ... on PATH"]
         for x in self.nodes:
             if x.ssh:
                 lines += ["", f"login {x.name}: ssh -F {x.ssh['ssh_config']} {x.name}",

@@ -8,7 +8,8 @@ cluster. The runtime state lives in the deployment folder:
 
     lab/state.json         nodes, addresses, ports, what each was booted with
     lab/etc/               slurm.conf, gres.conf, cgroup.conf and hosts, as nodes see them
-    lab/host/slurm.conf    the same cluster, for the host's sbatch/srun/squeue (ctk env)
+    lab/bin/               sbatch, srun, squeue, ... that run the lab's own Slurm commands in its
+                           login node (ctk env puts them on PATH): the host needs no Slurm
     lab/secrets/           the munge key and the SSH keys (0400/0600, never printed)
     lab/ssh_config         `ssh -F lab/ssh_config LOGIN` reaches a login node as root
     lab/home/, lab/root/   /home and /root on every node
@@ -30,14 +31,14 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Sequence
 
 from .. import atomic
-from ..connect.base import NODE_HOME, NODE_JOBS_DIR, HereCluster, exit_of, parse_kv_line
+from ..connect.base import NODE_HOME, NODE_JOBS_DIR, HereCluster, Result, SlurmError, exit_of, parse_kv_line
 from ..errors import UserError, did_you_mean
 from ..model import Deployment, ImageSpec
 from ..progress import Progress
 from ..render.hostlist import compress
 from ..sandbox import netns
 from ..sandbox import node as nodes
-from ..sandbox.daemons import DaemonError, ensure_munge_key, ensure_munged, munged_pid, stop_munged
+from ..sandbox.daemons import DaemonError, ensure_munge_key, stop_munged
 from ..sandbox.proc import terminate
 from . import leases
 from .base import (SINFO_PARTITIONS, DeployOutcome, NodeStatus, Status, Target, parse_node_states,
@@ -166,7 +167,7 @@ def plan_lab(dep: Deployment, n: int, max_nodes: int = DEFAULT_MAX_NODES) -> Lab
     return LabPlan(n, scaled, nodes_, images, notes)
 
 
-def layout(plan: LabPlan, host_munge_socket: str | None = None) -> NodeLayout:
+def layout(plan: LabPlan) -> NodeLayout:
     from ..render.slurmconf import NodeLayout
 
     computes = [x for x in plan.nodes if x.role == "compute"]
@@ -175,11 +176,9 @@ def layout(plan: LabPlan, host_munge_socket: str | None = None) -> NodeLayout:
         node_addr={x.name: x.addr for x in computes}, node_port={x.name: x.port for x in computes},
         state_dir="/var/spool/slurmctld", spool_dir="/var/spool/slurmd", log_dir="/var/log/slurm",
         pid_dir="/run", slurm_user="root", controller_host=plan.controller.name,
-        slurmd_port=leases.port(plan.n, leases.PORTS_PER_LEASE - 1), munge_socket=host_munge_socket,
+        slurmd_port=leases.port(plan.n, leases.PORTS_PER_LEASE - 1),
         gpu_dev_dir=GPU_DIR_IN_NODE, job_comp_loc=JOBCOMP_IN_NODE, slurmd_timeout=SLURMD_TIMEOUT,
-        # Daemons (and srun) in the nodes bind their node's address; the host's srun, a client
-        # outside the lab's network, keeps listening on any address it is reached from.
-        bind_own_address=host_munge_socket is None)
+        bind_own_address=True)  # every daemon, and srun, binds its node's address
 
 
 def lab_files(plan: LabPlan, ldir: str) -> dict[str, str]:
@@ -187,16 +186,12 @@ def lab_files(plan: LabPlan, ldir: str) -> dict[str, str]:
     from ..render.slurmconf import render_cgroup_conf, render_gres_conf, render_slurm_conf
 
     lay = layout(plan)
-    host_lay = layout(plan, os.path.join(os.path.abspath(ldir), "host-munge", "munge.sock"))
     hosts = "127.0.0.1 localhost\n" + "".join(f"{x.addr} {x.name}\n" for x in plan.nodes)
     files = {"etc/slurm/slurm.conf": render_slurm_conf(plan.dep, layout=lay),
              "etc/slurm/cgroup.conf": render_cgroup_conf(plan.dep, layout=lay),
-             "etc/hosts": hosts,
-             "host/slurm.conf": render_slurm_conf(plan.dep, layout=host_lay)}
+             "etc/hosts": hosts}
     if any(ns.gpu_count for ns in plan.dep.nodesets):
         files["etc/slurm/gres.conf"] = render_gres_conf(plan.dep, layout=lay)
-        files["host/gres.conf"] = files["etc/slurm/gres.conf"]
-    files["host/cgroup.conf"] = files["etc/slurm/cgroup.conf"]
     files["ssh_config"] = ssh_config(plan, ldir)
     return files
 
@@ -290,31 +285,113 @@ def _munge_key(ldir: str) -> str:
     return ensure_munge_key(os.path.join(ldir, "secrets", "munge.key"))
 
 
-def host_munged_running(ldir: str) -> bool:
-    return munged_pid(os.path.join(ldir, "host-munge")) is not None
-
-
-def _ensure_host_munged(ldir: str, key: str) -> None:
-    """A munged on the host with the cluster's key, for the host's sbatch/srun/squeue."""
-    ensure_munged(os.path.join(ldir, "host-munge"), key)
-
-
 def jobcomp_log(deployment_dir: str) -> str:
     """slurmctld's job completion log on this machine (jobcomp/filetxt)."""
     return os.path.join(os.path.abspath(lab_dir(deployment_dir)), "slurmctld", "jobcomp.log")
 
 
-def slurm_env(deployment_dir: str) -> dict[str, str]:
-    return {"SLURM_CONF": os.path.join(os.path.abspath(lab_dir(deployment_dir)), "host", "slurm.conf")}
+def client_node(nodes_: Sequence[dict] | Sequence[LabNode]) -> str:
+    """The node whose Slurm client commands ctk runs: the first login node, else the controller."""
+    rows = [x if isinstance(x, dict) else asdict(x) for x in nodes_]
+    return next((x["name"] for x in rows if x["role"] == "login"), next(x["name"] for x in rows if x["role"] == "controller"))
 
 
-def slurm(deployment_dir: str, *argv: str, timeout: float = 30, check: bool = True) -> subprocess.CompletedProcess:
-    """Run a Slurm client command on the host against the lab."""
-    r = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout,
-                       env={**os.environ, **slurm_env(deployment_dir)})
+def client_dir(deployment_dir: str) -> str:
+    """The state folder of the lab's client node."""
+    state = load_state(deployment_dir)
+    if state is None:
+        raise UserError(f"{deployment_dir} has no running lab", hint=f"ctk deploy BLUEPRINT -o {deployment_dir}")
+    return os.path.join(lab_dir(deployment_dir), "nodes", client_node(state["nodes"]))
+
+
+def slurm(deployment_dir: str, *argv: str, timeout: float = 30, check: bool = True, cwd: str = "/",
+          stdin: str | None = None) -> subprocess.CompletedProcess:
+    """Run one of the lab's own Slurm client commands in its client node (the host needs no Slurm)."""
+    sd = client_dir(deployment_dir)
+    try:
+        full = nodes.exec_argv(sd, list(argv), cwd=cwd)
+    except DaemonError:
+        if check:
+            raise DaemonError(f"{argv[0]}: the lab's node {os.path.basename(sd)} is not running",
+                              hint="ctk status shows the lab; ctk deploy brings it back") from None
+        return subprocess.CompletedProcess(list(argv), 255, "", f"node {os.path.basename(sd)} is not running")
+    r = subprocess.run(full, capture_output=True, text=True, timeout=timeout, input=stdin,
+                       stdin=None if stdin is not None else subprocess.DEVNULL)
     if check and r.returncode != 0:
         raise DaemonError(f"{' '.join(argv)} failed ({r.returncode}): {r.stderr.strip()}")
     return r
+
+
+# The commands `ctk env` puts on PATH, and those whose working directory is the job's.
+WRAPPED = ("sbatch", "srun", "salloc", "squeue", "sinfo", "scontrol", "scancel", "sacct", "sstat", "sprio",
+           "sshare", "sacctmgr", "sreport", "sattach", "sbcast")
+NEED_CWD = ("sbatch", "srun", "salloc")
+# The environment a wrapped command passes into the node: Slurm's own input variables.
+PASSED_ENV = ("SLURM_", "SBATCH_", "SRUN_", "SALLOC_", "SQUEUE_", "SINFO_", "SACCT_", "SCONTROL_", "SCANCEL_")
+
+
+def wrapper(ldir: str, node: str, command: str, python: str, nsenter: str = "nsenter") -> str:
+    """A thin command (a Python script that needs nothing but the standard library) that runs
+    the lab's COMMAND in NODE, arguments verbatim, in the node's view of the current folder."""
+    ldir = os.path.abspath(ldir)
+    shared = [(os.path.join(ldir, "home"), "/home"), (os.path.join(ldir, "root"), "/root")]
+    return f"""#!{python} -I
+# Written by ctk for the lab in {os.path.dirname(ldir)}: runs Slurm's `{command}` in the lab's
+# node {node}, with the arguments as given, in the same folder as seen from the node.
+import os, sys
+LAB, NODE, CMD = {ldir!r}, {node!r}, {command!r}
+SHARED = {shared!r}
+NEED_CWD, PASSED = {command in NEED_CWD!r}, {PASSED_ENV!r}
+
+def fail(msg, code):
+    sys.stderr.write(CMD + ": " + msg + "\\n")
+    sys.exit(code)
+
+try:
+    pid = open(os.path.join(LAB, "nodes", NODE, "pid")).read().strip()
+    up = b"ctk.sandbox.nodeinit" in open("/proc/" + pid + "/cmdline", "rb").read()
+except (OSError, ValueError):
+    up = False
+if not up:
+    fail("the lab's node " + NODE + " is not running (ctk status " + os.path.dirname(LAB) + " shows it; ctk deploy brings it back)", 1)
+try:
+    here = os.path.realpath(os.getcwd())
+except OSError:
+    here = ""
+wd = next((node + here[len(host):] for host, node in SHARED if here == host or here.startswith(host + "/")), None)
+if wd is None:
+    args = sys.argv[1:]
+    if NEED_CWD and not any(a in ("-D", "--chdir") or a.startswith(("--chdir=", "-D")) for a in args):
+        fail("the current folder " + (here or "(deleted)") + " is not shared with the lab's nodes. Shared: "
+             + "; ".join(h + " (" + n + " on the nodes)" for h, n in SHARED) + ". cd into one, or give --chdir", 2)
+    wd = "/root"
+env = ["%s=%s" % (k, v) for k, v in os.environ.items() if k.startswith(PASSED) and k != "SLURM_CONF"]
+if os.environ.get("TERM"):
+    env.append("TERM=" + os.environ["TERM"])
+argv = [{nsenter!r}, "-t", pid, "-m", "-u", "-p", "-n", "--", "chroot", os.path.join(LAB, "nodes", NODE, "root"),
+        "/usr/bin/env", "-i", "--chdir=" + wd, "PATH={nodes.NODE_PATH}", "HOME=/root", "LANG=C.UTF-8",
+        *env, CMD, *sys.argv[1:]]
+try:
+    os.execv(argv[0], argv) if os.path.isabs(argv[0]) else os.execvp(argv[0], argv)
+except OSError as e:
+    fail("cannot run nsenter: " + str(e), 1)
+"""
+
+
+def write_wrappers(deployment_dir: str, client: str) -> str:
+    """The lab's bin/ folder of wrapped Slurm commands (rewritten when they change); its path."""
+    import sys
+
+    # nsenter by its path: the PATH the wrappers run with may hold no /usr/bin
+    nsenter = shutil.which("nsenter", path=os.pathsep.join([os.environ.get("PATH", ""), nodes.NODE_PATH])) or "nsenter"
+    ldir = os.path.abspath(lab_dir(deployment_dir))
+    bindir = os.path.join(ldir, "bin")
+    os.makedirs(bindir, exist_ok=True)
+    for cmd in WRAPPED:
+        path = os.path.join(bindir, cmd)
+        atomic.write_if_changed(path, wrapper(ldir, client, cmd, sys.executable, nsenter))
+        os.chmod(path, 0o755)
+    return bindir
 
 
 def node_states(deployment_dir: str) -> dict[str, str]:
@@ -380,15 +457,15 @@ def deploy_local(dep: Deployment, deployment_dir: str, *, max_nodes: int = DEFAU
             link = os.path.join(ldir, "gpus", f"nvidia{i}")
             if not os.path.islink(link):
                 os.symlink("/dev/null", link)
-        key = _munge_key(ldir)
+        _munge_key(ldir)
         files = lab_files(plan, ldir)
         changed = [rel for rel, text in files.items() if atomic.write_if_changed(os.path.join(ldir, rel), text)]
-        for rel in ("etc/slurm/gres.conf", "host/gres.conf"):
+        for rel in ("etc/slurm/gres.conf",):
             if rel not in files and os.path.exists(os.path.join(ldir, rel)):
                 os.unlink(os.path.join(ldir, rel))
                 changed.append(rel)
-        _ensure_host_munged(ldir, key)
         netns.ensure_bridge(n)
+        write_wrappers(deployment_dir, client_node(plan.nodes))
 
         old_nodes = {x["name"]: x for x in old.get("nodes", [])}
         want = {x.name: x for x in plan.nodes}
@@ -545,7 +622,7 @@ def status_local(deployment_dir: str) -> Status:
     r = slurm(deployment_dir, *SINFO_PARTITIONS, timeout=15, check=False)
     return Status(deployment=state["deployment"], target="local", controller_reachable=bool(slurm_states),
                   nodes=out_nodes, partitions=parse_partitions(r.stdout) if r.returncode == 0 else [],
-                  notes=state.get("notes", []), host_munged=host_munged_running(ldir),
+                  notes=state.get("notes", []), slurm_client=client_node(state["nodes"]),
                   interrupted=not state.get("complete", True))
 
 
@@ -563,22 +640,25 @@ def exec_local(deployment_dir: str, node: str, argv: list[str]) -> int:
 
 
 def env_local(deployment_dir: str) -> str:
-    """Shell exports that point the host's Slurm commands at the lab."""
-    if load_state(deployment_dir) is None:
+    """Shell exports that put the lab's Slurm commands (run in its login node) first on PATH."""
+    import shlex
+
+    state = load_state(deployment_dir)
+    if state is None:
         raise UserError(f"{deployment_dir} has no running lab")
-    return "".join(f"export {k}={v}\n" for k, v in slurm_env(deployment_dir).items())
+    bindir = write_wrappers(deployment_dir, client_node(state["nodes"]))
+    return f"export PATH={shlex.quote(bindir)}:\"$PATH\"\n"
 
 
 class LabCluster(HereCluster):
-    """Where `ctk job --deployment DIR` goes for a lab: the host's Slurm commands reach it
-    through its SLURM_CONF, and its shared /home is a folder of the deployment."""
+    """Where `ctk job --deployment DIR` goes for a lab: the lab's own Slurm commands, run in its
+    client node, and its shared /home, a folder of the deployment."""
 
     def __init__(self, deployment_dir: str):
         self.dir = os.path.abspath(deployment_dir)
         self.key = self.dir
         self.registry_dir = self.dir
         self.jobs_dir = NODE_JOBS_DIR
-        self._env_cache: dict[str, str] | None = None
 
     def __repr__(self) -> str:
         return f"LabCluster({self.dir!r})"
@@ -592,10 +672,16 @@ class LabCluster(HereCluster):
                             hint=f"ctk deploy BLUEPRINT -o {self.dir}")
         return self
 
-    def _env(self) -> dict[str, str]:
-        if self._env_cache is None:
-            self._env_cache = {**os.environ, **slurm_env(self.dir)}
-        return self._env_cache
+    def run(self, argv: Sequence[str], timeout: float = 30, stdin: str | None = None) -> Result:
+        try:
+            r = slurm(self.dir, *argv, timeout=timeout, check=False, cwd=NODE_HOME, stdin=stdin)
+        except subprocess.TimeoutExpired:
+            raise SlurmError(f"{argv[0]}: no answer from the lab within {timeout:.0f}s") from None
+        return Result(r.returncode, r.stdout, r.stderr)
+
+    def put_script(self, text: str, name: str) -> str:
+        host = super().put_script(text, name)  # into the shared /home, under its host path
+        return os.path.join(NODE_HOME, os.path.relpath(host, os.path.join(self.dir, "lab", "home")))
 
     def host_path(self, node_path: str) -> str | None:
         """Where NODE_PATH (absolute, or relative to the jobs folder) lies on this machine;
