@@ -291,3 +291,20 @@ def test_shellcheck_flags_what_it_should():
                        text=True, capture_output=True)
     assert r.returncode == 1
     assert r.stdout == "-:1:8: note: Double quote to prevent globbing and word splitting. [SC2086]\n"
+
+
+def test_python_runs_the_stacks_interpreter_of_the_nodes(capsys):
+    """With a deployment whose nodes carry a JAX stack, `python`/`python3` (or no command, for
+    jax-smoke) becomes the stack's interpreter; any other command is left as given."""
+    dep_dir = os.path.join(ROOT, "tests", "golden", "lab")
+    cases = [("jax-smoke", [], "CTK_CMD=(/opt/ctk/jax/bin/python)"),
+             ("jax-train", ["python", "-m", "x"], "CTK_CMD=(/opt/ctk/jax/bin/python -m x)"),
+             ("jax-train", ["/usr/bin/python3", "t.py"], "CTK_CMD=(/usr/bin/python3 t.py)"),
+             ("jax-train", ["bash", "run.sh"], "CTK_CMD=(bash run.sh)")]
+    for name, cmd, want in cases:
+        assert main(["job", "render", name, "--deployment", dep_dir, "--", *cmd] if cmd else
+                    ["job", "render", name, "--deployment", dep_dir]) == 0
+        assert want in capsys.readouterr().out.splitlines(), (name, cmd)
+    # with no deployment nothing is known: python3 from PATH
+    assert main(["job", "render", "jax-smoke"]) == 0
+    assert "CTK_CMD=(python3)" in capsys.readouterr().out.splitlines()

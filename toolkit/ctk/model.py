@@ -11,6 +11,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
+JAX_VENV = "/opt/ctk/jax"  # where the jax role puts the stack's venv (its jax_venv default)
+JAX_TASK_PROLOG = "/usr/lib/ctk/jax-task-prolog"  # the jax role's Slurm TaskProlog (jax_task_prolog)
+
+
 @dataclass
 class ImageSpec:
     """A node image: base OS, ordered Ansible roles, one software stack."""
@@ -25,6 +29,11 @@ class ImageSpec:
     # Packer variables for a build on Google Cloud (images/gcp.pkr.hcl); empty when the
     # blueprint names no project.
     cloud: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def python(self) -> str | None:
+        """The interpreter of the image's stack (None: the image has no JAX venv)."""
+        return f"{JAX_VENV}/bin/python" if "jax" in self.roles else None
 
 
 @dataclass

@@ -286,6 +286,14 @@ def q(value: Any) -> str:
     return "$'" + "".join(out) + "'"
 
 
+def on_stack(argv: list[str], python: str) -> list[str]:
+    """ARGV with a leading `python` / `python3` replaced by PYTHON (the stack's interpreter of
+    the nodes the job lands on); no ARGV at all is PYTHON alone."""
+    if not argv:
+        return [python]
+    return [python, *argv[1:]] if argv[0] in ("python", "python3") else list(argv)
+
+
 def qargv(values: list[Any]) -> str:
     """Shell words, one per element, each exactly as given."""
     return " ".join(q(v) for v in values)
@@ -326,7 +334,7 @@ def _new_environment() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(template_dir()), undefined=jinja2.StrictUndefined,
                              keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True,
                              autoescape=False)
-    env.filters.update(q=q, qargv=qargv, shsplit=shsplit, envname=envname)
+    env.filters.update(q=q, qargv=qargv, shsplit=shsplit, envname=envname, on_stack=on_stack)
     env.globals["fail"] = _fail
     return env
 
@@ -349,6 +357,15 @@ def pick_nodeset(cluster: Deployment, nodeset: str | None) -> tuple[Nodeset, str
     parts = [p for p in cluster.partitions if nodeset in p.nodesets]
     parts.sort(key=lambda p: not p.is_default)
     return cluster.nodeset(nodeset), parts[0].name if parts else None
+
+
+def stack_python(cluster: Deployment, nodeset: str | None) -> str | None:
+    """The Python of the JAX stack on the nodes of NODESET (default: as pick_nodeset), or None
+    when their image has no stack."""
+    ns, _ = pick_nodeset(cluster, nodeset)
+    images = {img.name: img for img in cluster.images}
+    img = images.get(ns.image) if ns.image else (cluster.images[0] if len(cluster.images) == 1 else None)
+    return img.python if img is not None else None
 
 
 def cluster_facts(cluster: Deployment, nodeset: str | None) -> dict[str, Any]:
@@ -407,7 +424,8 @@ def render(name: str, params: dict[str, Any], command: list[str] | None = None,
     argv = [str(a) for a in (command or [])]
     if any("\x00" in a for a in argv):
         raise UserError("the command contains a NUL character")
-    ctx = dict(values, command=argv, template_name=name)
+    python = stack_python(cluster, nodeset) if cluster is not None else None
+    ctx = dict(values, command=argv, template_name=name, python=python or "python3")
     try:
         return _environment().get_template(name + SUFFIX).render(ctx)
     except jinja2.UndefinedError as e:

@@ -97,6 +97,8 @@ class NodeLayout:
     # and its own network stack: srun tells slurmd where it listens by the address its
     # connection comes from, which on a shared loopback is 127.0.0.1 for every node.
     bind_own_address: bool = False
+    # A TaskProlog every compute node has (the jax role's, which puts the stack first on PATH).
+    task_prolog: str | None = None
 
 
 # --------------------------------------------------------------------------- helpers
@@ -351,6 +353,8 @@ def _base_params(dep: Deployment, layout: NodeLayout | None, has_gpus: bool) -> 
     ]
     if has_gpus:
         scheduling.append(("GresTypes", "gpu"))
+    if layout is not None and layout.task_prolog:
+        scheduling.append(("TaskProlog", layout.task_prolog))
     scheduling += [
         ("SchedulerType", "sched/backfill"),
         ("ReturnToService", "2"),

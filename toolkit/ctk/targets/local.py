@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Sequence
 from .. import atomic
 from ..connect.base import NODE_HOME, NODE_JOBS_DIR, HereCluster, Result, SlurmError, exit_of, parse_kv_line
 from ..errors import UserError, did_you_mean
-from ..model import Deployment, ImageSpec
+from ..model import JAX_TASK_PROLOG, Deployment, ImageSpec
 from ..progress import Progress
 from ..render.hostlist import compress
 from ..sandbox import netns
@@ -171,6 +171,7 @@ def layout(plan: LabPlan) -> NodeLayout:
     from ..render.slurmconf import NodeLayout
 
     computes = [x for x in plan.nodes if x.role == "compute"]
+    images = {img.name: img for img in plan.images}
     return NodeLayout(
         controller_addr=plan.controller.addr, controller_port=plan.controller.port,
         node_addr={x.name: x.addr for x in computes}, node_port={x.name: x.port for x in computes},
@@ -178,7 +179,8 @@ def layout(plan: LabPlan) -> NodeLayout:
         pid_dir="/run", slurm_user="root", controller_host=plan.controller.name,
         slurmd_port=leases.port(plan.n, leases.PORTS_PER_LEASE - 1),
         gpu_dev_dir=GPU_DIR_IN_NODE, job_comp_loc=JOBCOMP_IN_NODE, slurmd_timeout=SLURMD_TIMEOUT,
-        bind_own_address=True)  # every daemon, and srun, binds its node's address
+        bind_own_address=True,  # every daemon, and srun, binds its node's address
+        task_prolog=JAX_TASK_PROLOG if all(images[x.image].python for x in computes) else None)
 
 
 def lab_files(plan: LabPlan, ldir: str) -> dict[str, str]:

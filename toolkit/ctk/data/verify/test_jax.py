@@ -23,3 +23,12 @@ def test_profile_puts_venv_on_path(host):
     f = host.file("/etc/profile.d/ctk-jax.sh")
     assert f.exists and "/opt/ctk/jax/bin" in f.content_string
     assert "/opt/ctk/jax/bin" in host.check_output("bash -lc 'echo $PATH'")
+
+
+def test_slurm_task_prolog_puts_venv_first_on_path(host):
+    """slurm.conf's TaskProlog: every task of a job, the batch script included, gets the venv."""
+    f = host.file("/usr/lib/ctk/jax-task-prolog")
+    assert f.exists and f.mode == 0o755
+    out = host.check_output("env PATH=/usr/bin:/bin /usr/lib/ctk/jax-task-prolog")
+    assert out.strip() == "export PATH=/opt/ctk/jax/bin:/usr/bin:/bin"
+    assert host.check_output("env PATH=/opt/ctk/jax/bin:/bin /usr/lib/ctk/jax-task-prolog").strip() == ""
