@@ -129,7 +129,7 @@ def main() -> None:
         smoke = []
         for _ in range(3):
             wall, r = ctk("job", "submit", "jax-smoke", "--deployment", dep, "--nodes", "2",
-                          "--set", "partition=debug", "--wait", "--", "/opt/ctk/jax/bin/python")
+                          "--set", "partition=debug", "--wait")
             smoke.append(wall)
         figures["jax_smoke_submit_to_result_s"] = statistics.median(smoke)
         figures["jax_smoke_runs_s"] = [round(x, 2) for x in smoke]

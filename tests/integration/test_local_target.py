@@ -253,8 +253,7 @@ def test_destroy_leaves_nothing_behind(lab_build, state, tmp_path_factory):
 def test_jax_smoke_template_all_reduces_across_two_nodes(lab):
     """The jax-smoke template, rendered for the lab and submitted with the lab's sbatch: two
     JAX processes on two nodes find each other through Slurm and agree on one all-reduce."""
-    r = lab.ctk("job", "render", "jax-smoke", "--nodes", "2", "--deployment", lab.path, "--set", "partition=debug",
-                "--", "/opt/ctk/jax/bin/python")
+    r = lab.ctk("job", "render", "jax-smoke", "--nodes", "2", "--deployment", lab.path, "--set", "partition=debug")
     assert r.returncode == 0, r.stderr
     home = os.path.join(lab.path, "lab", "home")
     script = os.path.join(home, "smoke.sbatch")
@@ -278,9 +277,10 @@ def test_jax_smoke_template_all_reduces_across_two_nodes(lab):
 
 
 def test_job_submit_wait_runs_jax_smoke_and_logs_show_both_processes(lab):
-    """`ctk job submit --wait` follows jax-smoke to its end; `ctk job logs` prints its stdout."""
+    """`ctk job submit --wait` follows jax-smoke to its end; `ctk job logs` prints its stdout.
+    No command given: the template runs the stack's Python of the lab's nodes."""
     r = lab.ctk("job", "submit", "jax-smoke", "--deployment", lab.path, "--nodes", "2", "--set", "partition=debug",
-                "--wait", "--", "/opt/ctk/jax/bin/python")
+                "--wait")
     assert r.returncode == 0, (r.stdout, r.stderr)
     jid = r.stdout.strip()
     assert jid.isdigit() and "COMPLETED" in r.stderr
@@ -292,6 +292,24 @@ def test_job_submit_wait_runs_jax_smoke_and_logs_show_both_processes(lab):
     assert any(n.startswith("jax-smoke-") and n.endswith(".sbatch") for n in os.listdir(script))
     listed = lab.ctk("job", "list", "--deployment", lab.path, "--json")
     assert jid in [x["id"] for x in json.loads(listed.stdout)]
+
+
+def test_python3_in_a_plain_batch_job_is_the_stacks(lab):
+    """A script ctk did not write: `srun python3` in it imports jax (the jax role's TaskProlog
+    puts the stack's venv first on PATH in every task, the batch script included)."""
+    home = os.path.join(lab.path, "lab", "home")
+    with open(os.path.join(home, "plain.sh"), "w") as f:
+        f.write("#!/bin/bash\n#SBATCH -N2 -p debug -o /home/plain-%j.out\n"
+                "python3 -c 'import jax; print(\"batch\", jax.__version__)'\n"
+                "srun python3 -c 'import jax, socket; print(\"task\", socket.gethostname(), jax.__version__)'\n")
+    jid = lab.slurm("sbatch", "--parsable", "--wait", "/home/plain.sh", timeout=180).stdout.strip().split(";")[0]
+    out = open(os.path.join(home, f"plain-{jid}.out")).read()
+    r = lab.ctk("exec", lab.path, "lab-login-0", "--", "/opt/ctk/jax/bin/python", "-c", "import jax; print(jax.__version__)")
+    version = r.stdout.strip()
+    assert r.returncode == 0 and version, r.stderr
+    assert f"batch {version}" in out.splitlines(), out
+    tasks = [ln.split() for ln in out.splitlines() if ln.startswith("task ")]
+    assert len({t[1] for t in tasks}) == 2 and all(t[2] == version for t in tasks), out
 
 
 def test_job_submit_wait_exits_with_the_jobs_exit_code(lab):
