@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import subprocess
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from ctk.images.store import Store
 from ctk.sandbox import daemons
 from ctk.sandbox import node as nodes
 from ctk.sandbox.daemons import DaemonError, Proc, ensure_munge_key, wait_for
+from ctk.sandbox.proc import terminate
 
 
 # What a slurmctld log says that is no complaint about the configuration: a first start (-c)
@@ -38,7 +38,7 @@ def config_complaints(log: str) -> list[str]:
 
 
 def slurm_version(text: str) -> tuple[int, int]:
-    """(major, minor) from `slurmctld -V` / `sinfo -V` output ("slurm-wlm 24.11.5", "slurm 22.05.8")."""
+    """(major, minor) from `slurmctld -V` ("slurm-wlm 24.11.5", EPEL's "slurm 22.05.9")."""
     m = re.search(r"\b(\d+)\.(\d+)\.\d+", text)
     if not m:
         raise ValueError(f"no Slurm version in {text!r}")
@@ -83,19 +83,8 @@ class NodeProc(Proc):
             except OSError:
                 children = []
             for child in children:
-                try:
-                    os.kill(int(child), signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
-            try:
-                self.popen.wait(timeout)
-            except subprocess.TimeoutExpired:
-                for child in children:
-                    try:
-                        os.kill(int(child), signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
-                self.popen.wait(5)
+                terminate(int(child), timeout)
+            self.popen.wait(5)  # nsenter ends with its child
         return self.popen.returncode
 
 
@@ -108,6 +97,8 @@ class NodeSlurm:
             raise DaemonError(f"no image {image!r} in {store.root}")
         self.name = name
         self.shared = str(Path(shared).resolve())
+        # munged stamps a credential with the address its host name resolves to, and slurmctld
+        # looks that address up again: "localhost" resolves in every image.
         self.spec = nodes.NodeSpec(hostname="localhost", state_dir=str(Path(work) / "node"),
                                    lowerdirs=store.lowerdirs(rec["layers"]),
                                    binds=[{"src": self.shared, "dest": self.shared}])
