@@ -1,5 +1,5 @@
 # ctk: `make demo` runs the main job on the local target; `make test` runs the tests.
-# Both install what they need (apt and pip) on a fresh Debian 12 machine, as root, idempotently.
+# Both install what they need (apt and pip) on a fresh Debian 12 or 13 machine, as root, idempotently.
 
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -8,6 +8,10 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # Debian packages the tests and the local target use.
 SYS_PKGS := python3-venv iproute2 slurm-wlm slurmdbd mariadb-server munge packer shellcheck debootstrap openssh-client zstd e2fsprogs buildah util-linux
+# Base debian-13 is debootstrapped from trixie, whose Release debootstrap checks with the trixie
+# keys: Debian 12's debian-archive-keyring has them since 2023.3+deb12u2 (Debian 12.11), so an
+# older one is upgraded (a Debian 13 host has them).
+TRIXIE_KEY := /usr/share/keyrings/debian-archive-trixie-stable.gpg
 # tests/integration/test_roles.py applies the roles over Ansible's chroot connection, which only
 # community.general has: PyPI's `ansible` (12.x carries ansible-core 2.19, as ctk's own pin gets)
 # in its own venv, where the test looks for it, so that it leaves ctk's ansible-core alone.
@@ -21,7 +25,8 @@ ANSIBLE_STAMP := $(ANSIBLE_VENV)/.ansible-$(ANSIBLE_VERSION)
 all: test
 
 sysdeps:
-	@missing=$$(for p in $(SYS_PKGS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	@missing=$$(for p in $(SYS_PKGS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done; \
+	  [ -e $(TRIXIE_KEY) ] || echo debian-archive-keyring); \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:" $$missing; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \

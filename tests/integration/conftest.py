@@ -3,14 +3,27 @@
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 
 from ctk import paths
+from ctk.images.base import ensure_base
+from ctk.images.build import build_image
+from ctk.images.store import Store
+from ctk.model import ImageSpec
+from ctk.progress import Progress
+
+from .slurm_releases import HostSlurm, NodeSlurm
 
 LAB = os.path.join(paths.BLUEPRINTS, "lab.yaml")
+SLURM_ROLES = ["common", "munge", "slurm"]
+# Where a rendered slurm.conf is tried: this machine's Slurm, and the Slurm of each base's image.
+SLURM_RELEASES = ("host", "debian-13")
+IMAGE_TOOLS = ("debootstrap", "packer", "unshare")
 
 
 def ctk(*args, env=None, timeout=1800):
@@ -53,3 +66,52 @@ def lab_env(deployment_dir: str) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "SLURM_CONF"}
     env["PATH"] = m.group(1) + os.pathsep + without_host_slurm(os.environ["PATH"])
     return env
+
+
+@pytest.fixture(scope="session")
+def slurm_image(state):
+    """slurm_image(BASE): the name of an image of roles common, munge and slurm on BASE (no
+    stack), built into the session's store on first use. Its timings are printed at the end
+    (shown with -s, or with -rA as the last teardown's output)."""
+    built: dict[str, str] = {}
+    timings: list[str] = []
+
+    def get(base: str) -> str:
+        if base not in built:
+            missing = [t for t in IMAGE_TOOLS if not shutil.which(t, path="/usr/sbin:/usr/bin:/sbin:/bin")]
+            if missing:
+                pytest.skip(f"{', '.join(missing)} not installed: cannot build a {base} image")
+            store, progress = Store(state), Progress(quiet=True)
+            t0 = time.monotonic()
+            ensure_base(store, base, progress)
+            t1 = time.monotonic()
+            r = build_image(ImageSpec(name=f"slurm-{base}", module_id="slurm_image", base=base, roles=SLURM_ROLES),
+                            store, progress)
+            timings.append(f"  {base}: base {t1 - t0:.1f} s, roles {', '.join(SLURM_ROLES)} {r.seconds:.1f} s "
+                           f"(built: {', '.join(r.built) or 'none'}; cached: {', '.join(r.cached) or 'none'})")
+            built[base] = r.image
+        return built[base]
+
+    yield get
+    if timings:
+        print("\nctk slurm image builds:\n" + "\n".join(timings))
+
+
+@pytest.fixture(scope="module", params=SLURM_RELEASES)
+def slurm(request, tmp_path_factory):
+    """A Slurm release to run rendered configurations with (slurm_releases.py): this machine's,
+    then each base's, in a node booted from its slurm_image. The node sees pytest's whole tmp
+    folder at the same path, so a test's files need no rewriting."""
+    if request.param == "host":
+        if not shutil.which("slurmctld", path="/usr/sbin:/usr/bin:/sbin:/bin"):
+            pytest.skip("slurmctld is not installed on this machine (apt-get install slurm-wlm munge)")
+        yield HostSlurm()
+        return
+    image = request.getfixturevalue("slurm_image")(request.param)
+    release = NodeSlurm(request.param, Store(request.getfixturevalue("state")), image,
+                        shared=tmp_path_factory.getbasetemp(),
+                        work=tmp_path_factory.mktemp(f"node-{request.param}"))
+    try:
+        yield release
+    finally:
+        release.stop()

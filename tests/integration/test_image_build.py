@@ -31,6 +31,22 @@ def test_lab_image_builds_and_verifies(lab_build):
     assert "passed" in lab_build["verified"] and "failed" not in lab_build["verified"]
 
 
+def test_debian_13_image_builds_and_verifies(slurm_image, state):
+    """Base debian-13 (Slurm 24.11, Python 3.13) with roles common, munge and slurm, verified in a
+    node booted from it: its release, packages, munge -n | unmunge, slurmd -C, and slurmctld,
+    slurmd and the clients of Slurm 24.11. Each role applied again there changes nothing."""
+    from ctk.images.build import rerun_roles
+    name = slurm_image("debian-13")
+    store = Store(state)
+    assert store.image(name)["spec"]["base"] == "debian-13"
+    v = verify_image(name, store, Progress(quiet=True))
+    assert v.passed > 0 and v.skipped == 1, v.summary  # only the JAX check: no jax role
+    recaps = rerun_roles(name, store, Progress(quiet=True))
+    assert set(recaps) == {"common", "munge", "slurm"}
+    for role, (ok, changed) in recaps.items():
+        assert ok > 0 and changed == 0, f"role {role}: changed={changed} on a second run"
+
+
 def test_second_build_is_a_pure_cache_hit(lab_build, state, tmp_path):
     # No Packer, no Ansible on PATH: if the build tried to run either, it would fail.
     bare = tmp_path / "bin"

@@ -15,13 +15,47 @@ JAX_VENV = "/opt/ctk/jax"  # where the jax role puts the stack's venv (its jax_v
 JAX_TASK_PROLOG = "/usr/lib/ctk/jax-task-prolog"  # the jax role's Slurm TaskProlog (jax_task_prolog)
 
 
+@dataclass(frozen=True)
+class Base:
+    """A base OS an image is built on, and what its distribution's own packages bring: the
+    Slurm release (slurm-wlm, or EPEL's slurm) and the python3 every role and stack runs on.
+    (On the gcp target, slurm-gcp's images bring their own Slurm instead.)"""
+
+    name: str  # as blueprints spell it (ctk/image's `base`)
+    distribution: str  # Ansible's and testinfra's name for it, lowercased
+    release: str  # the distribution's major version: "13", "24.04", "9"
+    slurm: tuple[int, int]  # (major, minor): (24, 11) is Slurm 24.11
+    python: tuple[int, int]  # (3, 13) is Python 3.13
+
+    @property
+    def slurm_release(self) -> str:
+        """As Slurm spells it: "24.11", "22.05"."""
+        return "%d.%02d" % self.slurm
+
+    @property
+    def python_release(self) -> str:
+        return "%d.%d" % self.python
+
+
+# Debian's are checked against its archive; Ubuntu's (slurm-wlm) and Rocky's (EPEL 9) are
+# those archives' published versions, which this project's machines cannot reach.
+BASES: dict[str, Base] = {b.name: b for b in (
+    Base("debian-12", "debian", "12", slurm=(22, 5), python=(3, 11)),
+    Base("debian-13", "debian", "13", slurm=(24, 11), python=(3, 13)),
+    Base("ubuntu-22.04", "ubuntu", "22.04", slurm=(21, 8), python=(3, 10)),
+    Base("ubuntu-24.04", "ubuntu", "24.04", slurm=(23, 11), python=(3, 12)),
+    Base("rocky-9", "rocky", "9", slurm=(22, 5), python=(3, 9)),
+)}
+DEFAULT_BASE = "debian-12"
+
+
 @dataclass
 class ImageSpec:
     """A node image: base OS, ordered Ansible roles, one software stack."""
 
     name: str
     module_id: str
-    base: str = "debian-12"
+    base: str = DEFAULT_BASE
     roles: list[str] = field(default_factory=lambda: ["common", "munge", "slurm", "jax"])
     stack: str = "jax-cpu"
     extra_playbooks: list[str] = field(default_factory=list)

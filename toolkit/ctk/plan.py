@@ -9,8 +9,8 @@ from typing import Any
 from .blueprint.errors import Collector, did_you_mean
 from .blueprint.expand import Expanded, ExpandedModule
 from .blueprint.expression import Deferred, is_deferred
-from .model import (Controller, Deployment, ImageSpec, Login, Nodeset, Partition, SharedFs, SshHost,
-                     Unsupported)
+from .model import (DEFAULT_BASE, Controller, Deployment, ImageSpec, Login, Nodeset, Partition, SharedFs,
+                     SshHost, Unsupported)
 from .modules import is_remote
 from .modules.ctk_kinds import SERVICE_MANAGERS, SSH_HOST_KEYS, SSH_ROLES
 from .modules.machines import accelerator_gpu, lookup_machine, lookup_tpu
@@ -24,7 +24,8 @@ TPU_HOSTS = {"v2": (96, 335), "v3": (96, 335), "v4": (240, 407), "v5p": (208, 44
              "v5e": (224, 384), "v6e": (180, 1440)}
 
 # Base images ctk knows how to provision, by the words found in a source image name.
-_BASES = (("debian-12", "debian-12"), ("debian12", "debian-12"), ("2404", "ubuntu-24.04"),
+_BASES = (("debian-13", "debian-13"), ("debian13", "debian-13"), ("debian-12", "debian-12"),
+          ("debian12", "debian-12"), ("2404", "ubuntu-24.04"),
           ("24-04", "ubuntu-24.04"), ("2204", "ubuntu-22.04"), ("22-04", "ubuntu-22.04"),
           ("rocky-linux-9", "rocky-9"), ("rocky-9", "rocky-9"))
 
@@ -159,6 +160,7 @@ def _fs_type(src: str, em: ExpandedModule) -> str:
 
 # Public source image families for ctk's bases on Google Cloud: (family, project).
 GCP_BASE_IMAGES = {"debian-12": ("debian-12", "debian-cloud"),
+                   "debian-13": ("debian-13", "debian-cloud"),
                    "ubuntu-22.04": ("ubuntu-2204-lts", "ubuntu-os-cloud"),
                    "ubuntu-24.04": ("ubuntu-2404-lts-amd64", "ubuntu-os-cloud"),
                    "rocky-9": ("rocky-linux-9", "rocky-linux-cloud")}
@@ -178,7 +180,7 @@ def _cloud(em: ExpandedModule, exp: Expanded, name: str, base: str) -> dict:
     if not isinstance(out.get("project_id"), str) or not isinstance(out.get("zone"), str):
         return {}
     if "source_image" not in out and "source_image_family" not in out:
-        family, project = GCP_BASE_IMAGES.get(base, GCP_BASE_IMAGES["debian-12"])
+        family, project = GCP_BASE_IMAGES.get(base, GCP_BASE_IMAGES[DEFAULT_BASE])
         out["source_image_family"], out["source_image_project_id"] = family, [project]
     if isinstance(out.get("source_image_project_id"), str):
         out["source_image_project_id"] = [out["source_image_project_id"]]
@@ -192,7 +194,7 @@ def _cloud(em: ExpandedModule, exp: Expanded, name: str, base: str) -> dict:
 def _image(em: ExpandedModule, exp: Expanded) -> ImageSpec:
     if em.module.source == "ctk/image":
         name = _str(em.get("name"), em.id) or em.id
-        base = _str(em.get("base"), "debian-12")
+        base = _str(em.get("base"), DEFAULT_BASE)
         return ImageSpec(name=name, module_id=em.id, base=base,
                          roles=list(em.get("roles") or ["common", "munge", "slurm", "jax"]),
                          stack=_str(em.get("stack"), "jax-cpu"),
@@ -200,7 +202,7 @@ def _image(em: ExpandedModule, exp: Expanded) -> ImageSpec:
                          cloud=_cloud(em, exp, name, base))
     src_img = " ".join(str(x) for x in (em.get("source_image"), em.get("source_image_family"))
                        if x and not is_deferred(x))
-    base = "debian-12"
+    base = DEFAULT_BASE
     for word, b in _BASES:
         if word in src_img:
             base = b

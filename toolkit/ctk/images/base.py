@@ -15,7 +15,7 @@ from .store import Store
 
 # What every base carries: python3 for Ansible, sshd for the build node Packer talks to.
 INCLUDE = ["python3", "openssh-server", "ca-certificates"]
-SUITES = {"debian-12": "bookworm"}
+SUITES = {"debian-12": "bookworm", "debian-13": "trixie"}
 BASE_VERSION = 1  # bump when the way bases are made changes
 
 

@@ -5,9 +5,10 @@ Sources start with `ctk/`. Every input is declared; an unknown setting is an err
 
 from __future__ import annotations
 
+from ..model import BASES, DEFAULT_BASE
 from .schema import Input, ModuleKind, Output
 
-IMAGE_BASES = ("debian-12", "ubuntu-22.04", "ubuntu-24.04", "rocky-9")
+IMAGE_BASES = tuple(BASES)
 
 
 def _in(name, type_="any", default=None, doc="", required=False) -> Input:
@@ -20,7 +21,7 @@ IMAGE = ModuleKind(
     doc="A node image: a base OS, Ansible roles applied in order, and one software stack.",
     inputs=(
         _in("name", "string", None, "Image name; nodesets, controller and login refer to it.", required=True),
-        _in("base", "string", "debian-12", "Base OS: " + ", ".join(IMAGE_BASES) + "."),
+        _in("base", "string", DEFAULT_BASE, "Base OS: " + ", ".join(IMAGE_BASES) + "."),
         _in("roles", "list(string)", ["common", "munge", "slurm", "jax"], "Ansible roles, applied in this order."),
         _in("stack", "string", "jax-cpu", "Software stack from images/stacks.yaml."),
         _in("extra_playbooks", "list(string)", [], "Further playbooks run after the roles."),

@@ -11,8 +11,13 @@ Two flavours:
   each with its own address/port and per-node spool/log/pid files; no cgroup
   enforcement, so it also runs inside containers.
 
-Checked against the Debian 12 slurmctld (Slurm 22.05) by
-tests/integration/test_slurmctld_accepts.py.
+The same text serves every Slurm release ctk's bases carry (22.05 to 24.11): nothing here was
+removed or deprecated by 24.11. Slurm 23.11 removed the "none" plugins (task/none,
+jobacct_gather/none, jobcomp/none, accounting_storage/none, mpi/none): 24.11 still reads those
+values, as unset, without a word. Each was the default of 22.05, so leaving the option out means
+the same to every release. Checked against the real slurmctld of each release (the host's
+22.05, an image's 24.11) by tests/integration/test_slurmctld_accepts.py and
+test_blueprint_to_slurmctld.py.
 """
 
 from __future__ import annotations
@@ -84,7 +89,7 @@ class NodeLayout:
     # units and ctk's roles expect (/run/slurmd.pid, slurmd.log, one spool dir).
     per_node_files: bool = True
     # JobCompLoc of a jobcomp/filetxt log (one line per finished job), for clusters without
-    # an accounting database; None: JobCompType=jobcomp/none.
+    # an accounting database; None: no job completion log.
     job_comp_loc: str | None = None
     slurmd_timeout: int = 300  # seconds before slurmctld marks a silent node DOWN
     # slurmdbd's address and port: AccountingStorageType=accounting_storage/slurmdbd (the
@@ -326,8 +331,9 @@ def _base_params(dep: Deployment, layout: NodeLayout | None, has_gpus: bool) -> 
         ctld_pid = f"{layout.pid_dir}/slurmctld.pid"
         slurmd_pid = f"{layout.pid_dir}/slurmd{per_node}.pid"
         # No cgroups: the local target also runs in containers where slurmd cannot
-        # create cgroups, and several slurmd on one host would fight over them.
-        proctrack, task = "proctrack/linuxproc", "task/none"
+        # create cgroups, and several slurmd on one host would fight over them. No task
+        # plugin either (22.05's task/none, the default; 24.11 has no such plugin).
+        proctrack, task = "proctrack/linuxproc", None
     slurmd_params = [] if layout is None else [("SlurmdParameters", "config_overrides")]
 
     identity: Params = [
@@ -345,9 +351,8 @@ def _base_params(dep: Deployment, layout: NodeLayout | None, has_gpus: bool) -> 
         identity.append(("CommunicationParameters", "NoCtldInAddrAny,NoInAddrAny"))
 
     scheduling: Params = [
-        ("MpiDefault", "none"),
         ("ProctrackType", proctrack),
-        ("TaskPlugin", task),
+        *([("TaskPlugin", task)] if task else []),
         ("SelectType", "select/cons_tres"),
         ("SelectTypeParameters", "CR_Core_Memory"),
     ]
@@ -358,10 +363,9 @@ def _base_params(dep: Deployment, layout: NodeLayout | None, has_gpus: bool) -> 
     scheduling += [
         ("SchedulerType", "sched/backfill"),
         ("ReturnToService", "2"),
-        ("JobAcctGatherType", "jobacct_gather/none"),
         *_accounting(layout),
         *([("JobCompType", "jobcomp/filetxt"), ("JobCompLoc", layout.job_comp_loc)]
-          if layout is not None and layout.job_comp_loc else [("JobCompType", "jobcomp/none")]),
+          if layout is not None and layout.job_comp_loc else []),
         *slurmd_params,
     ]
 
@@ -390,7 +394,7 @@ def _base_params(dep: Deployment, layout: NodeLayout | None, has_gpus: bool) -> 
 
 def _accounting(layout: NodeLayout | None) -> Params:
     if layout is None or not layout.slurmdbd_addr:
-        return [("AccountingStorageType", "accounting_storage/none")]
+        return []  # no accounting (accounting_storage/none, 22.05's default, is gone in 24.11)
     out: Params = [("AccountingStorageType", "accounting_storage/slurmdbd"),
                    ("AccountingStorageHost", layout.slurmdbd_addr)]
     if layout.slurmdbd_port:

@@ -8,6 +8,8 @@ import os
 
 import pytest
 
+from ctk.model import BASES
+
 
 @pytest.fixture(scope="session")
 def image():
@@ -18,3 +20,9 @@ def image():
 @pytest.fixture(scope="session")
 def roles(image):
     return image["spec"]["roles"]
+
+
+@pytest.fixture(scope="session")
+def base(image):
+    """What the image's base carries (ctk.model.BASES): its release, its Slurm and Python."""
+    return BASES[image["spec"]["base"]]

@@ -11,6 +11,13 @@ def test_no_ssh_host_keys_in_the_image(host):
     assert host.run("ls /etc/ssh/ssh_host_*_key 2>/dev/null").stdout == ""
 
 
-def test_debian_12(host):
-    assert host.system_info.distribution == "debian"
-    assert host.system_info.release.startswith("12")
+def test_release_of_its_base(host, base):
+    assert host.system_info.distribution == base.distribution
+    release = host.system_info.release
+    assert release == base.release or release.startswith(base.release + "."), release
+
+
+def test_python_of_its_base(host, base):
+    # Ansible and every stack run on it: a stack must be locked for this Python.
+    out = host.check_output("python3 --version")
+    assert out.split()[1].rsplit(".", 1)[0] == base.python_release, out

@@ -1,4 +1,7 @@
-"""Role slurm: controller, compute and client binaries; directories owned by slurm."""
+"""Role slurm: controller, compute and client binaries of its base's Slurm release; directories
+owned by slurm."""
+
+import re
 
 import pytest
 
@@ -12,6 +15,16 @@ def _only_with_slurm(roles):
 def test_slurm_packages(host):
     for pkg in ("slurmctld", "slurmd", "slurm-client"):
         assert host.package(pkg).is_installed, pkg
+
+
+def test_slurm_release_of_its_base(host, base):
+    for cmd in ("slurmctld -V", "slurmd -V"):
+        out = host.check_output(cmd)  # "slurm-wlm 24.11.5"
+        found = re.search(r"\b(\d+\.\d+)\.\d+", out)
+        assert found and found.group(1) == base.slurm_release, f"{cmd}: {out}"
+    # The clients print their version only once they have read a slurm.conf: the package's.
+    client = host.package("slurm-client").version  # "24.11.5-4+deb13u1"
+    assert client.startswith(base.slurm_release + "."), client
 
 
 def test_slurm_user_and_directories(host):
