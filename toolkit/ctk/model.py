@@ -124,6 +124,9 @@ class Controller:
     hostname: str = "controller"
     image: str | None = None
     slurm_conf: dict[str, Any] = field(default_factory=dict)  # extra slurm.conf parameters
+    # Slurm's own authentication (AuthType=auth/slurm, CredType=cred/slurm, a shared
+    # slurm.key) instead of munge: Cluster Toolkit's enable_slurm_auth.
+    slurm_auth: bool = False
 
 
 @dataclass

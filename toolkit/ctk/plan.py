@@ -9,7 +9,7 @@ from typing import Any
 from .blueprint.errors import Collector, did_you_mean
 from .blueprint.expand import Expanded, ExpandedModule
 from .blueprint.expression import Deferred, is_deferred
-from .model import (DEFAULT_BASE, Controller, Deployment, ImageSpec, Login, Nodeset, Partition, SharedFs,
+from .model import (BASES, DEFAULT_BASE, Controller, Deployment, ImageSpec, Login, Nodeset, Partition, SharedFs,
                      SshHost, Unsupported)
 from .modules import is_remote
 from .modules.ctk_kinds import SERVICE_MANAGERS, SSH_HOST_KEYS, SSH_ROLES
@@ -123,12 +123,16 @@ def plan(exp: Expanded, c: Collector) -> Deployment:
                 continue
             dep.controller = Controller(em.id, _str(em.get("machine_type"), "c2-standard-4"),
                                         f"{cluster}-controller", _image_of(em, images),
-                                        _dict(em.get("slurm_conf")))
+                                        _dict(em.get("slurm_conf")), em.get("enable_slurm_auth") is True)
+            if dep.controller.slurm_auth:
+                auth_em = em
     for img in dep.images:  # a Cluster Toolkit image built for GPU nodes gets the CUDA stack
         if img.source != "ctk/image" and any(ns.image == img.name and ns.gpu_count for ns in dep.nodesets):
             img.stack = "jax-cuda12"
     if dep.controller is None and (dep.partitions or dep.nodesets):
         dep.controller = Controller("", hostname=f"{cluster}-controller")
+    if dep.controller is not None and dep.controller.slurm_auth:
+        _check_slurm_auth(auth_em, dep, c, doc)
     _ssh_target(exp, dep, c, doc)
 
     defaults = [p for p in dep.partitions if p.is_default]
@@ -212,6 +216,25 @@ def _image(em: ExpandedModule, exp: Expanded) -> ImageSpec:
     name = _str(em.get("image_family"), em.id) or em.id
     return ImageSpec(name=name, module_id=em.id, base=base, stack=stack, source=em.module.source,
                      cloud=_cloud(em, exp, name, base))
+
+
+def _check_slurm_auth(em: ExpandedModule, dep: Deployment, c: Collector, doc) -> None:
+    """auth/slurm needs Slurm >= 23.11 on every node: refuse an image of ctk's whose base's
+    Slurm is older, at the line that asks for it (slurm-gcp's images bring their own Slurm)."""
+    used = {dep.controller.image if dep.controller else None, *(ns.image for ns in dep.nodesets),
+            *(lg.image for lg in dep.logins)}
+    for img in dep.images:
+        base = BASES.get(img.base)
+        if img.source != "ctk/image" or base is None or base.slurm >= (23, 11):
+            continue
+        if img.name in used or (len(dep.images) == 1 and None in used):
+            where = (em.module.path + ("settings", "enable_slurm_auth") if "enable_slurm_auth" in em.explicit
+                     else ("vars", "enable_slurm_auth"))
+            newer = [b.name for b in BASES.values() if b.slurm >= (23, 11) and b.name.startswith("debian")]
+            c.add(f"enable_slurm_auth needs Slurm >= 23.11 (auth/slurm) on every node; image '{img.name}' "
+                  f"(base {img.base}) has Slurm {base.slurm_release}", doc.pos(where),
+                  f"build the image on base {newer[0] if newer else 'debian-13'}, or leave auth to munge")
+            return
 
 
 def _image_of(em: ExpandedModule, images: dict[str, str]) -> str | None:

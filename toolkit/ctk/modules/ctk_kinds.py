@@ -74,6 +74,8 @@ CONTROLLER = ModuleKind(
         _in("image", "string", None, "Image the controller boots."),
         _in("slurm_conf", "map(any)", {}, "Extra slurm.conf parameters."),
         _in("network_storage", "list(object)", [], "Shared file systems (via use)."),
+        _in("enable_slurm_auth", "bool", False,
+            "Authenticate with Slurm's own auth/slurm (a slurm.key, Slurm >= 23.11) instead of munge."),
     ),
     outputs=(),
 )

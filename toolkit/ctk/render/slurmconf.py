@@ -342,11 +342,16 @@ def _base_params(dep: Deployment, layout: NodeLayout | None, has_gpus: bool) -> 
         ("SlurmctldPort", str(ctld_port)),
         ("SlurmdPort", str(slurmd_port)),
         ("SlurmUser", user),
-        ("AuthType", "auth/munge"),
     ]
-    if layout is not None and layout.munge_socket:
-        identity.append(("AuthInfo", f"socket={layout.munge_socket}"))
-    identity.append(("CredType", "cred/munge"))
+    if dep.controller is not None and dep.controller.slurm_auth:
+        # Slurm's own authentication (23.11+): a slurm.key shared by every daemon; clients
+        # ask the local daemon (or sackd on a login node) over /run/slurm/sack.socket.
+        identity += [("AuthType", "auth/slurm"), ("CredType", "cred/slurm")]
+    else:
+        identity.append(("AuthType", "auth/munge"))
+        if layout is not None and layout.munge_socket:
+            identity.append(("AuthInfo", f"socket={layout.munge_socket}"))
+        identity.append(("CredType", "cred/munge"))
     if layout is not None and layout.bind_own_address:
         identity.append(("CommunicationParameters", "NoCtldInAddrAny,NoInAddrAny"))
 
