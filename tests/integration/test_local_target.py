@@ -443,3 +443,48 @@ def test_status_lists_the_nodes_an_interrupted_deploy_left_running(lab_build, st
         r = lab.ctk("destroy", path)
     assert r.returncode == 0, r.stderr
     assert not os.path.exists(os.path.join(path, "lab"))
+
+
+AUTH_SLURM = os.path.join(os.path.dirname(__file__), "blueprints", "auth-slurm-13.yaml")
+
+
+def test_auth_slurm_lab_runs_a_two_node_job_with_no_munge(state, tmp_path_factory):
+    """enable_slurm_auth on Debian 13 (Slurm 24.11): AuthType=auth/slurm; slurmctld, slurmd and
+    the login node's sackd read the lab's slurm.key (0400, in the deployment's secrets, on the
+    nodes' tmpfs, in no image layer); no munged runs; a 2-node job runs."""
+    lab = deploy(tmp_path_factory, state, "authslurm", AUTH_SLURM)
+    try:
+        conf = open(os.path.join(lab.path, "lab", "etc", "slurm", "slurm.conf")).read()
+        assert "AuthType=auth/slurm\n" in conf and "CredType=cred/slurm\n" in conf
+        key = os.path.join(lab.path, "lab", "secrets", "slurm.key")
+        assert os.stat(key).st_mode & 0o777 == 0o400 and os.path.getsize(key) == 1024
+        assert not os.path.exists(os.path.join(lab.path, "lab", "secrets", "munge.key"))
+        out = lab.slurm("srun", "-N2", "hostname").stdout.split()
+        assert sorted(out) == sorted(lab.slurm("sinfo", "-h", "-N", "-o", "%N").stdout.split())
+        version = lab.slurm("sinfo", "-V").stdout
+        assert version.startswith("slurm-wlm 24.11") or version.startswith("slurm 24.11"), version
+        names = []
+        for node in os.listdir(os.path.join(lab.path, "lab", "nodes")):
+            pid = open(os.path.join(lab.path, "lab", "nodes", node, "pid")).read().strip()
+            ns = os.readlink(f"/proc/{pid}/ns/pid")
+            for p in filter(str.isdigit, os.listdir("/proc")):
+                try:
+                    if os.readlink(f"/proc/{p}/ns/pid") == ns:
+                        names.append((node, open(f"/proc/{p}/comm").read().strip()))
+                except OSError:
+                    pass
+        comms = {c for _, c in names}
+        assert "munged" not in comms and {"slurmctld", "slurmd", "sackd"} <= comms, names
+        with open(key, "rb") as f:
+            secret = f.read()
+        image = json.load(open(os.path.join(state, "images", "slurm-debian-13.json")))
+        for layer in image["layers"]:
+            root = os.path.join(state, "layers", layer)
+            for dirpath, _, files in os.walk(root):
+                for fn in files:
+                    p = os.path.join(dirpath, fn)
+                    assert fn != "slurm.key", p
+                    if os.path.isfile(p) and not os.path.islink(p) and os.path.getsize(p) == 1024:
+                        assert open(p, "rb").read() != secret, p
+    finally:
+        lab.ctk("destroy", lab.path)

@@ -53,6 +53,7 @@ DEFAULT_IMAGE = ImageSpec(name="ctk-local", module_id="", base="debian-12",
                           roles=["common", "munge", "slurm", "jax"], stack="jax-cpu")
 GPU_DIR_IN_NODE = "/etc/ctk-gpus"
 MUNGE_KEY_IN_NODE = "ctk/munge.key"  # under /run (tmpfs)
+SLURM_KEY_IN_NODE = "ctk/slurm.key"  # auth/slurm's key, under /run (tmpfs)
 SLURMD_TIMEOUT = 15  # a lab node that stops answering is DOWN (and its jobs requeued) within ~20 s
 JOBCOMP_IN_NODE = "/var/spool/slurmctld/jobcomp.log"
 
@@ -121,13 +122,15 @@ def scale(dep: Deployment, max_nodes: int) -> tuple[Deployment, list[str]]:
 def _local_images(dep: Deployment, notes: list[str]) -> tuple[list[ImageSpec], dict[str, str]]:
     """Images to build here, and for each image name the name of the one that replaces it."""
     images, names = [], {}
+    from ..images.base import SUITES
+
     for img in dep.images:
-        if img.base == "debian-12":
+        if img.base in SUITES:
             images.append(img)
             names[img.name] = img.name
         else:
             notes.append(f"image {img.name} ({img.base}) is built on the gcp target; "
-                         f"local nodes boot {DEFAULT_IMAGE.name} (debian-12, {DEFAULT_IMAGE.stack})")
+                         f"local nodes boot {DEFAULT_IMAGE.name} ({DEFAULT_IMAGE.base}, {DEFAULT_IMAGE.stack})")
             names[img.name] = DEFAULT_IMAGE.name
     return images, names
 
@@ -232,15 +235,25 @@ def _ssh_keys(plan: LabPlan, ldir: str) -> None:
 
 
 def node_spec(plan: LabPlan, x: LabNode, ldir: str, lowerdirs: list[str]) -> nodes.NodeSpec:
-    services = [nodes.Service("munged", ["/usr/sbin/munged", "--foreground",
-                                         f"--key-file=/run/{MUNGE_KEY_IN_NODE}"], user="munge")]
+    slurm_auth = plan.dep.controller is not None and plan.dep.controller.slurm_auth
+    if slurm_auth:  # auth/slurm: every Slurm daemon reads the key from the node's tmpfs
+        services, env = [], {"SLURM_SACK_KEY": f"/run/{SLURM_KEY_IN_NODE}"}
+        run_files = {SLURM_KEY_IN_NODE: {"src": os.path.join(ldir, "secrets", "slurm.key"), "mode": "0400",
+                                         "owner": "root"}}
+        run_dirs = [{"path": "ctk", "mode": "0700", "owner": "root"}]
+        if x.role == "login":  # the socket Slurm's commands authenticate through on a login node
+            services.append(nodes.Service("sackd", ["/usr/sbin/sackd", "-D"], env=env))
+    else:
+        env = {}
+        services = [nodes.Service("munged", ["/usr/sbin/munged", "--foreground",
+                                             f"--key-file=/run/{MUNGE_KEY_IN_NODE}"], user="munge")]
+        run_files = {MUNGE_KEY_IN_NODE: {"src": os.path.join(ldir, "secrets", "munge.key"), "mode": "0400",
+                                         "owner": "munge"}}
+        run_dirs = [{"path": "munge", "mode": "0755", "owner": "munge"}]
     if x.role == "controller":
-        services.append(nodes.Service("slurmctld", ["/usr/sbin/slurmctld", "-D", "-i"]))
+        services.append(nodes.Service("slurmctld", ["/usr/sbin/slurmctld", "-D", "-i"], env=env))
     elif x.role == "compute":
-        services.append(nodes.Service("slurmd", ["/usr/sbin/slurmd", "-D", "-N", x.name]))
-    run_files = {MUNGE_KEY_IN_NODE: {"src": os.path.join(ldir, "secrets", "munge.key"), "mode": "0400",
-                                     "owner": "munge"}}
-    run_dirs = [{"path": "munge", "mode": "0755", "owner": "munge"}]
+        services.append(nodes.Service("slurmd", ["/usr/sbin/slurmd", "-D", "-N", x.name], env=env))
     if x.role == "login":  # sshd on the node's own address and port: ctk job --host reaches it
         from ..sandbox.sshd import sshd_parts
 
@@ -283,8 +296,10 @@ def _save_state(deployment_dir: str, state: dict) -> None:
     atomic.write_file(os.path.join(lab_dir(deployment_dir), "state.json"), json.dumps(state, indent=1) + "\n")
 
 
-def _munge_key(ldir: str) -> str:
-    return ensure_munge_key(os.path.join(ldir, "secrets", "munge.key"))
+def _keys(ldir: str, slurm_auth: bool) -> None:
+    """The cluster's secret: munge.key, or auth/slurm's slurm.key (1024 random bytes, 0400 in
+    secrets/, 0700; never in an image, never printed)."""
+    ensure_munge_key(os.path.join(ldir, "secrets", "slurm.key" if slurm_auth else "munge.key"))
 
 
 def jobcomp_log(deployment_dir: str) -> str:
@@ -459,7 +474,7 @@ def deploy_local(dep: Deployment, deployment_dir: str, *, max_nodes: int = DEFAU
             link = os.path.join(ldir, "gpus", f"nvidia{i}")
             if not os.path.islink(link):
                 os.symlink("/dev/null", link)
-        _munge_key(ldir)
+        _keys(ldir, plan.dep.controller is not None and plan.dep.controller.slurm_auth)
         files = lab_files(plan, ldir)
         changed = [rel for rel, text in files.items() if atomic.write_if_changed(os.path.join(ldir, rel), text)]
         for rel in ("etc/slurm/gres.conf",):
