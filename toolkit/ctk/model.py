@@ -10,6 +10,22 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+# The Python each base OS ships as /usr/bin/python3: the interpreter an image's JAX venv is made
+# from, so the one its stack must be locked for. The one table of it; stacks, planning and image
+# builds read it here.
+BASE_PYTHON = {
+    "debian-12": "3.11",
+    "debian-13": "3.13",
+    "ubuntu-22.04": "3.10",
+    "ubuntu-24.04": "3.12",
+    "rocky-9": "3.9",
+}
+
+
+def base_python(base: str) -> str | None:
+    """The Python version a base OS ships ("3.11"), or None for a base ctk does not know."""
+    return BASE_PYTHON.get(base)
+
 
 @dataclass
 class ImageSpec:
@@ -19,7 +35,7 @@ class ImageSpec:
     module_id: str
     base: str = "debian-12"
     roles: list[str] = field(default_factory=lambda: ["common", "munge", "slurm", "jax"])
-    stack: str = "jax-cpu"
+    stack: str = "jax-cpu-0.10"  # the newest CPU stack for the default base's Python (3.11)
     extra_playbooks: list[str] = field(default_factory=list)
     source: str = ""  # module source that declared it
     # Packer variables for a build on Google Cloud (images/gcp.pkr.hcl); empty when the
