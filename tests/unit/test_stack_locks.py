@@ -135,6 +135,19 @@ def test_an_image_whose_stack_needs_a_newer_python_is_refused():
                                "base debian-12 has Python 3.11")
 
 
+def test_an_image_build_without_the_lock_stops_before_any_work(catalog_copy, tmp_path, monkeypatch, capsys):
+    """`ctk image build` of a blueprint whose stack has no lock for its base's Python: exit 2,
+    naming the stack and the command, and nothing built (not even the base)."""
+    os.unlink(catalog_copy.parent / "locks" / "jax-cpu-0.10" / "py3.11.txt")
+    monkeypatch.setenv("CTK_STACKS", str(catalog_copy))
+    monkeypatch.setenv("CTK_STATE_DIR", str(tmp_path / "state"))
+    assert main(["image", "build", os.path.join(paths.BLUEPRINTS, "lab.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert "error: stack jax-cpu-0.10 has no lock for Python 3.11" in err
+    assert "hint: make it: ctk stack lock jax-cpu-0.10 --python 3.11" in err
+    assert os.listdir(tmp_path / "state" / "layers") == []
+
+
 def test_the_jax_layer_key_follows_the_lock_text(catalog_copy):
     stack = load_stacks(catalog_copy)["jax-cpu-0.10"]
     before = plan_layers(_spec(), "base-0", stack)

@@ -129,7 +129,7 @@ def prefetch_wheels(store: Store, lock: Lock, progress: Progress) -> None:
             if "DO NOT MATCH THE HASHES" in e.tail:
                 raise LockMismatch(
                     f"stack {lock.stack}: a wheel does not match its sha256 in {lock.path}; "
-                    "refusing to install it\n" + _hash_lines(e.tail),
+                    "refusing to install it\n" + _hash_lines(e.tail).replace(req, str(lock.path)),
                     hint=f"if the lock was edited, remake it: ctk stack lock {lock.stack} --python "
                          f"{lock.python}; else check the index pip downloads from (pip.conf, PIP_INDEX_URL)"
                 ) from None
