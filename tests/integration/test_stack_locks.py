@@ -129,3 +129,24 @@ def test_ctk_stack_lock_remakes_the_shipped_lock_byte_for_byte(tmp_path):
     assert r.stdout == f"jax-cpu python 3.13: {made} ({n} packages, written)\n"
     assert made.read_bytes() == shipped.read_bytes()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["jax-cpu"]  # nothing else written
+
+
+def test_a_stack_that_does_not_resolve_exits_1_and_leaves_its_lock_as_it_was(tmp_path):
+    """A site's catalog (CTK_STACKS) with a pin PyPI does not have: uv's reason on stderr, exit 1,
+    and the lock that was there is untouched (no temp file left beside it either)."""
+    shutil.copy(CATALOG, tmp_path / "stacks.yaml")
+    shutil.copytree(CATALOG.parent / "locks", tmp_path / "locks")
+    text = (tmp_path / "stacks.yaml").read_text()
+    start = text.index("  jax-cpu-0.10:")
+    (tmp_path / "stacks.yaml").write_text(text[:start] + text[start:].replace('optax: "0.2.8"', 'optax: "9.9.9"', 1))
+    before = (tmp_path / "locks" / STACK / "py3.11.txt").read_bytes()
+    ctk = Path(sys.executable).parent / "ctk"
+    argv = [str(ctk)] if ctk.exists() else [sys.executable, "-m", "ctk"]
+    r = subprocess.run(argv + ["stack", "lock", STACK], capture_output=True, text=True, timeout=600,
+                       env={**os.environ, "CTK_STACKS": str(tmp_path / "stacks.yaml")})
+    assert r.returncode == 1, r.stderr
+    assert "Traceback" not in r.stderr
+    assert f"error: stack {STACK} cannot be resolved for Python 3.11" in r.stderr and "optax" in r.stderr
+    assert r.stdout == ""
+    assert (tmp_path / "locks" / STACK / "py3.11.txt").read_bytes() == before
+    assert os.listdir(tmp_path / "locks" / STACK) == ["py3.11.txt"]
