@@ -67,7 +67,7 @@ def _dict(v) -> dict[str, Any]:
 
 def plan(exp: Expanded, c: Collector, stacks: dict[str, Stack] | None = None) -> Deployment:
     """The Deployment a valid expanded blueprint describes; its errors go to c. `stacks` is the
-    stacks catalog images pick their stacks from (default: ctk's)."""
+    stacks catalog images pick their stacks from (None: read ctk's)."""
     doc = exp.blueprint.doc
     dname = exp.deployment_name
     controllers = [m for m in exp.modules if m.schema and m.schema.role == "controller"]
@@ -549,6 +549,6 @@ def process(path: str, cli_vars: list[str] | tuple = (), deployment_file: str | 
     from .blueprint import process as expand_file
 
     def _plan(exp: Expanded, c: Collector) -> None:
-        exp.deployment = plan(exp, c)  # type: ignore[attr-defined]
+        exp.deployment = plan(exp, c, load_stacks())  # type: ignore[attr-defined]
 
     return expand_file(path, cli_vars, deployment_file, then=_plan)
