@@ -208,6 +208,18 @@ def test_an_image_without_the_jax_role_needs_no_stack_for_its_python(write):
     assert img.base == "rocky-9" and "jax" not in img.roles
 
 
+@pytest.mark.ct_fixtures
+def test_a_cluster_toolkit_image_whose_python_no_stack_is_for_gets_no_jax_and_a_warning():
+    from conftest import FIXTURES
+
+    exp = process(os.path.join(FIXTURES, "community/examples/hpc-build-slurm-image.yaml"),
+                  ["project_id=demo,deployment_name=demo"])
+    img = exp.deployment.images[0]
+    assert img.base == "rocky-9" and "jax" not in img.roles
+    assert [w.message for w in exp.warnings] == [
+        "image my-custom-slurm: no cpu stack is for Python 3.9, the Python of base rocky-9, so it gets no JAX venv"]
+
+
 def test_ctk_validate_refuses_a_jax_012_stack_on_debian_12(tmp_path):
     """The real command line (the console script pip installed), as a user runs it."""
     bp = tmp_path / "bp.yaml"

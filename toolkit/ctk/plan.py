@@ -273,15 +273,16 @@ def _stacks(exp: Expanded, dep: Deployment, c: Collector, stacks: dict[str, Stac
         if not (jax and py):
             continue
         why = f"no {acc} stack is for Python {py}, the Python of base {img.base}"
-        hint = (f"use a base whose Python a {acc} stack is for "
-                f"({_bases_for(lambda v: newest_for(stacks, acc, v) is not None)}), or leave out the jax role")
+        bases = _bases_for(lambda v: newest_for(stacks, acc, v) is not None)
         if img.source == "ctk/image":
             where = em.module.path + (("settings", "base") if "base" in em.explicit else ("id",))
-            c.add(why, doc.pos(where), hint)
+            c.add(why, doc.pos(where), f"use a base whose Python a {acc} stack is for ({bases}), "
+                                       "or leave out the jax role")
         else:  # a Cluster Toolkit image: ctk adds the jax role itself, so it leaves it out instead
             img.roles = [r for r in img.roles if r != "jax"]
-            exp.warnings.append(BlueprintError(f"image {img.name}: {why}, so it gets no JAX venv",
-                                               doc.pos(em.module.path + ("id",)), hint))
+            exp.warnings.append(BlueprintError(
+                f"image {img.name}: {why}, so it gets no JAX venv", doc.pos(em.module.path + ("id",)),
+                f"an image on a base a {acc} stack is for ({bases}) gets one"))
 
 
 def _image_of(em: ExpandedModule, images: dict[str, str]) -> str | None:
