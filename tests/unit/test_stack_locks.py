@@ -128,6 +128,15 @@ def test_an_image_whose_stack_has_no_lock_names_the_command(catalog_copy):
     assert "ctk stack lock jax-cpu-0.10 --python 3.11" in e.value.hint
 
 
+def test_an_image_whose_stacks_lock_is_out_of_date_names_the_command(catalog_copy):
+    catalog_copy.write_text(catalog_copy.read_text().replace('flax: "0.12.8"', 'flax: "0.12.7"'))
+    with pytest.raises(UserError) as e:
+        image_lock(_spec(), load_stacks(catalog_copy)["jax-cpu-0.10"])
+    assert e.value.message.startswith("stack jax-cpu-0.10: its lock for Python 3.11 (")
+    assert e.value.message.endswith("is out of date: flax is pinned to 0.12.7 but locked at 0.12.8")
+    assert e.value.hint == "remake it: ctk stack lock jax-cpu-0.10 --python 3.11"
+
+
 def test_an_image_whose_stack_needs_a_newer_python_is_refused():
     with pytest.raises(UserError) as e:
         image_lock(_spec(stack="jax-cpu"), load_stacks()["jax-cpu"])

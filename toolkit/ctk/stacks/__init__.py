@@ -15,12 +15,23 @@ from .catalog import (
     normalize,
     python_tuple,
 )
-from .lock import (LOCK_PLATFORM, Lock, compile_lock, image_lock, jax_role_vars, lock_problems, lock_state, pip_target_args,
-                   read_lock, write_lock)
+from .lock import (
+    LOCK_PLATFORM,
+    Lock,
+    compile_lock,
+    current_lock,
+    image_lock,
+    jax_role_vars,
+    lock_problems,
+    lock_state,
+    pip_target_args,
+    read_lock,
+    write_lock,
+)
 
 __all__ = [
     "ACCELERATORS", "DEFAULT_PATH", "JAX_REQUIRES_PYTHON", "LIBTPU_FOR_JAX", "LOCK_PLATFORM", "MIN_DRIVER",
-    "Lock", "Stack", "check_stack", "compile_lock", "get_stack", "image_lock", "jax_role_vars", "load_stacks",
-    "lock_problems", "lock_state", "newest_for", "normalize", "pip_target_args", "python_tuple", "read_lock",
-    "write_lock",
+    "Lock", "Stack", "check_stack", "compile_lock", "current_lock", "get_stack", "image_lock", "jax_role_vars",
+    "load_stacks", "lock_problems", "lock_state", "newest_for", "normalize", "pip_target_args", "python_tuple",
+    "read_lock", "write_lock",
 ]

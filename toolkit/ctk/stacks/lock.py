@@ -3,8 +3,8 @@ of its whole closure.
 
 A stack pins the packages a JAX venv asks for; what they pull in (numpy, scipy, ml_dtypes, ...)
 would float without a lock. `compile_lock` resolves a stack with uv (`uv pip compile
---generate-hashes` for the target Python and platform, offline from this machine's interpreter)
-into the requirements format pip installs with `--require-hashes --no-deps`. Locks live beside
+--generate-hashes` from PyPI's metadata, for the target Python and platform, whatever this
+machine's are) into the requirements format pip installs with `--require-hashes --no-deps`. Locks live beside
 the catalog, `locks/STACK/pyX.Y.txt`, and ship with ctk as package data.
 """
 
@@ -124,6 +124,17 @@ def lock_problems(stack: Stack, lock: Lock) -> list[str]:
     return out
 
 
+def current_lock(stack: Stack, python: str) -> Lock:
+    """read_lock, and a UserError naming the command that remakes it if the lock no longer
+    matches the stack (a pin changed since it was made): what it installs would not be the stack."""
+    lock = read_lock(stack, python)
+    problems = lock_problems(stack, lock)
+    if problems:
+        raise UserError(f"stack {stack.name}: its lock for Python {python} ({lock.path}) is out of date: "
+                        + "; ".join(problems), hint=f"remake it: {lock_command(stack, python)}")
+    return lock
+
+
 def lock_state(stack: Stack, python: str) -> str:
     """"ok", "missing" or "stale" (the lock no longer matches the stack's pins)."""
     try:
@@ -219,4 +230,4 @@ def image_lock(spec: ImageSpec, stack: Stack) -> Lock | None:
     if not stack.supports(python):
         raise UserError(f"image '{spec.name}': {stack.misfit(python)}; base {spec.base} has Python {python}",
                         hint="pick a stack for that Python (ctk stack list)")
-    return read_lock(stack, python)
+    return current_lock(stack, python)

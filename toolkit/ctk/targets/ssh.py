@@ -47,7 +47,7 @@ from ..render.slurmconf import (PROD_LOG_DIR, PROD_PID_DIR, PROD_SLURMCTLD_PORT,
                                 render_gres_conf, render_slurm_conf)
 from ..runner import CommandError, run
 from ..sandbox.daemons import DaemonError, ensure_munge_key, ensure_munged, stop_munged
-from ..stacks import get_stack, jax_role_vars, read_lock
+from ..stacks import current_lock, get_stack, jax_role_vars
 from .base import (SINFO_PARTITIONS, DeployOutcome, NodeStatus, Status, Target, parse_node_states,
                    parse_partitions, wait_ready)
 
@@ -188,7 +188,7 @@ def inventory(dep: Deployment, sdir: str) -> dict:
             # A host keeps its own OS, so its Python is known only there: the role picks the
             # lock for the interpreter it finds among all of the stack's.
             stack = get_stack(img.stack)
-            hv.update(jax_role_vars(stack, [read_lock(stack, py) for py in stack.pythons]))
+            hv.update(jax_role_vars(stack, [current_lock(stack, py) for py in stack.pythons]))
         host_vars.append((h, hv))
     return _groups(all_vars, host_vars)
 
