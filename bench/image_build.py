@@ -1,5 +1,6 @@
-"""Image build benchmark: full build, no-op rebuild, and a rebuild after changing only the
-stack pin, measured side by side in one run on a fresh layer store.
+"""Image build benchmark: full build, no-op rebuild, and a rebuild after changing only one
+stack pin (and relocking the stack, which is not timed), measured side by side in one run on a
+fresh layer store.
 
     .venv/bin/python bench/image_build.py [--keep]
 
@@ -18,6 +19,7 @@ import time
 import yaml
 
 from ctk import paths
+from ctk.plan import process
 
 LAB = os.path.join(paths.BLUEPRINTS, "lab.yaml")
 
@@ -43,11 +45,15 @@ def main() -> None:
     try:
         full, r1 = timed_build(state, LAB)
         noop, r2 = timed_build(state, LAB)
+        stack = process(LAB).deployment.images[0].stack
         stacks = yaml.safe_load(open(os.path.join(paths.IMAGES, "stacks.yaml")))
-        stacks["stacks"]["jax-cpu"]["pins"]["chex"] = "0.1.91"
+        stacks["stacks"][stack]["pins"]["chex"] = "0.1.91"
         path = os.path.join(state, "stacks-bench.yaml")
         with open(path, "w") as f:
             yaml.safe_dump(stacks, f)
+        shutil.copytree(os.path.join(paths.IMAGES, "locks"), os.path.join(state, "locks"))
+        subprocess.run([sys.executable, "-m", "ctk", "stack", "lock", stack, "-q"], check=True,
+                       env={**os.environ, "CTK_STACKS": path}, stdout=subprocess.DEVNULL)
         stack_only, r3 = timed_build(state, LAB, path)
     finally:
         if not args.keep:

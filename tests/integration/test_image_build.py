@@ -62,19 +62,30 @@ def test_second_build_is_a_pure_cache_hit(lab_build, state, tmp_path):
     assert res["layers"] == lab_build["layers"]
 
 
-def test_changing_only_the_stack_pin_rebuilds_only_the_jax_layer(lab_build, state, tmp_path):
-    stacks = yaml.safe_load(open(os.path.join(paths.IMAGES, "stacks.yaml")))
-    pins = stacks["stacks"]["jax-cpu"]["pins"]
+def test_changing_a_pin_and_relocking_rebuilds_only_the_jax_layer(lab_build, state, tmp_path):
+    """A user's own catalog (CTK_STACKS): one pin changed, the stack relocked with
+    `ctk stack lock`, the image rebuilt: the new lock's text is in the jax layer's key alone."""
+    shutil.copy(os.path.join(paths.IMAGES, "stacks.yaml"), tmp_path / "stacks.yaml")
+    shutil.copytree(os.path.join(paths.IMAGES, "locks"), tmp_path / "locks")
+    stacks = yaml.safe_load(open(tmp_path / "stacks.yaml"))
+    spec = ImageSpec(name="lab-chex", module_id="lab_image")  # debian-12 and its default stack
+    pins = stacks["stacks"][spec.stack]["pins"]
     assert pins["chex"] != "0.1.91"
     pins["chex"] = "0.1.91"  # an older chex that works with the same jax
-    path = tmp_path / "stacks.yaml"
-    path.write_text(yaml.safe_dump(stacks))
-    spec = ImageSpec(name="lab-chex", module_id="lab_image")
-    r = build_image(spec, Store(state), Progress(quiet=True), stacks_path=str(path))
+    (tmp_path / "stacks.yaml").write_text(yaml.safe_dump(stacks))
+    env = {"CTK_STACKS": str(tmp_path / "stacks.yaml")}
+    r = ctk("stack", "list", env=env)
+    assert f"{spec.stack} " in r.stdout and "3.11 stale" in r.stdout, r.stdout
+    r = ctk("stack", "lock", spec.stack, env=env)
+    assert r.returncode == 0, r.stderr
+    lock = (tmp_path / "locks" / spec.stack / "py3.11.txt").read_text()
+    assert "\nchex==0.1.91 " in lock
+    r = build_image(spec, Store(state), Progress(quiet=True), stacks_path=str(tmp_path / "stacks.yaml"))
     assert r.built == ["jax"] and r.cached == ["common", "munge", "slurm"]
     assert r.layers[:-1] == lab_build["layers"][:-1] and r.layers[-1] != lab_build["layers"][-1]
+    # The venv holds the new lock exactly (verification compares pip's list with it).
     v = verify_image("lab-chex", Store(state), Progress(quiet=True))
-    assert v.passed > 0
+    assert v.passed > 0, v.summary
 
 
 def test_failing_role_is_named_and_never_cached(lab_build, state, tmp_path, monkeypatch):

@@ -25,12 +25,12 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import roles_helpers as rh  # noqa: E402
 
-from ctk.stacks import load_stacks  # noqa: E402
+from ctk.stacks import jax_role_vars, load_stacks, read_lock  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
 ROLES = ["common", "munge", "slurm", "jax"]
-STACK = "jax-cpu"
+STACK = "jax-cpu-0.10"  # the newest CPU stack for the tree's Debian 12 (Python 3.11)
 
 SLURM_CONF = """\
 ClusterName=ctktest
@@ -82,8 +82,9 @@ class Lab:
         stack = load_stacks()[STACK]
         self.pins = dict(stack.pins)
         self.install_vars = {
-            "jax_stack": STACK,
-            "jax_stack_pins": self.pins,
+            # As ctk passes them: the pins and the stack's locks (the role installs the one for
+            # the tree's Python, hashes required, from PyPI here: there is no wheelhouse).
+            **jax_role_vars(stack, [read_lock(stack, py) for py in stack.pythons]),
             # A TLS-inspecting proxy's CA on this host must be trusted inside the tree too,
             # or pip cannot reach PyPI there.
             "common_extra_ca_certs": sorted(glob.glob("/usr/local/share/ca-certificates/*.crt")),
@@ -336,3 +337,13 @@ def test_range_pins_are_refused(lab):
     run = lab.play("layer.yml", extra)
     assert run.returncode != 0
     assert "exact" in run.output
+
+
+def test_a_stack_without_a_lock_for_the_trees_python_is_refused(lab):
+    lab.need("install:common")
+    extra = {**lab.install_vars, "jax_stack_locks": {"3.13": "jax==0.12.0.1\n"}, "ctk_role": "jax",
+             "ctk_phase": "install"}
+    run = lab.play("layer.yml", extra)
+    assert run.returncode != 0
+    assert f"stack '{STACK}' has no lock for Python 3.11" in run.output, run.output[-3000:]
+    assert f"ctk stack lock {STACK} --python 3.11" in run.output

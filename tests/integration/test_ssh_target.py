@@ -7,8 +7,8 @@ nothing, and `ctk destroy` stops every daemon.
 The bare nodes share this machine's network stack, as the local target's nodes do, so each
 slurmd gets its own port (the blueprint's slurmd_port); the nodes have no systemd, so the
 blueprint sets service_manager: direct. The hosts install Debian's slurm and munge packages
-with apt and the jax-cpu stack with pip (through this machine's CA bundle), as a real machine
-would. About three minutes (half of it the first deploy).
+with apt and the jax-cpu-0.10 stack's lock for their Python 3.11 with pip (hashes required,
+through this machine's CA bundle), as a real machine would. About three minutes (half of it the first deploy).
 """
 
 import json
@@ -77,7 +77,7 @@ deployment_groups:
     settings:
       name: sshtest
       roles: [common, munge, slurm, jax]
-      stack: jax-cpu
+      stack: jax-cpu-0.10
 - group: cluster
   modules:
   - id: debug_nodeset

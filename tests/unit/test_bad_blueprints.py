@@ -41,6 +41,7 @@ CORPUS = REPO / "tests" / "bad_blueprints"
 SUBPROCESS = {
     "non-utf8", "empty-file", "alias-bomb", "recursive-alias", "unclosed-bracket",
     "deployment-name-invalid", "bad-vars-flag", "deployment-file-unknown-key", "many-errors-at-once",
+    "stack-needs-newer-python",
 }
 
 _DIRECTIVE = re.compile(r"^(expect|hint|vars|deployment|xfail|xfail-text|xfail-json):\s*(.*)$")

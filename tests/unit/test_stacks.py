@@ -8,11 +8,14 @@ import textwrap
 import pytest
 
 from ctk.errors import UserError
-from ctk.stacks import LIBTPU_FOR_JAX, MIN_DRIVER, Stack, check_stack, get_stack, load_stacks
+from ctk.model import BASE_PYTHON
+from ctk.stacks import (JAX_REQUIRES_PYTHON, LIBTPU_FOR_JAX, MIN_DRIVER, Stack, check_stack, get_stack,
+                        load_stacks, newest_for)
 from ctk.stacks.catalog import EXACT_VERSION_RE, normalize
 
 BASE_PINS = {"flax": "0.12.8", "optax": "0.2.8", "orbax-checkpoint": "0.12.8", "grain": "0.2.18",
              "chex": "0.1.92"}
+FRAMEWORKS = ("flax", "optax", "orbax-checkpoint", "grain", "chex")
 
 
 def stacks_file(write, body: str) -> str:
@@ -26,7 +29,7 @@ def refused(stack: Stack) -> str:
 
 
 def cpu(**over) -> Stack:
-    s = Stack(name="mine", accelerator="cpu", python="3.11",
+    s = Stack(name="mine", accelerator="cpu", pythons=["3.11"],
               pins={"jax": "0.10.2", "jaxlib": "0.10.2", **BASE_PINS}, file="my-stacks.yaml")
     return dataclasses.replace(s, **over)
 
@@ -46,35 +49,70 @@ def tpu(libtpu="0.0.42.1", jax="0.10.2", **over) -> Stack:
 
 def test_shipped_stacks_load_and_pass():
     stacks = load_stacks()
-    assert {"jax-cpu", "jax-cuda12", "jax-tpu"} <= set(stacks)
+    assert {"jax-cpu", "jax-cuda12", "jax-cuda13", "jax-tpu", "jax-cpu-0.10", "jax-cuda12-0.10",
+            "jax-tpu-0.10"} <= set(stacks)
     for s in stacks.values():
         check_stack(s)  # raises on any broken rule
-        assert s.python == "3.11"
+        # Locked only for Pythons some base has, and that its jax supports.
+        assert s.pythons and set(s.pythons) <= set(BASE_PYTHON.values()), s.name
+        assert all(not s.too_new_for(py) for py in s.pythons), s.name
+        assert s.exclude_newer, f"{s.name}: without exclude_newer its locks cannot be remade as they are"
         for name, version in s.pins.items():
             assert isinstance(version, str) and EXACT_VERSION_RE.match(version), (s.name, name, version)
 
 
 def test_shipped_cpu_stack_pins_the_whole_set():
-    s = load_stacks()["jax-cpu"]
-    assert s.accelerator == "cpu" and s.min_driver is None
-    assert {normalize(n) for n in s.pins} == {"jax", "jaxlib", "flax", "optax", "orbax-checkpoint",
-                                             "grain", "chex"}
-    assert s.pins["jax"] == s.pins["jaxlib"]
-    assert s.requirements()[:2] == [f"jax=={s.pins['jax']}", f"jaxlib=={s.pins['jax']}"]
+    for name in ("jax-cpu", "jax-cpu-0.10"):
+        s = load_stacks()[name]
+        assert s.accelerator == "cpu" and s.min_driver is None
+        assert {normalize(n) for n in s.pins} == {"jax", "jaxlib", *FRAMEWORKS}
+        assert s.pins["jax"] == s.pins["jaxlib"]
+        assert s.requirements()[:2] == [f"jax=={s.pins['jax']}", f"jaxlib=={s.pins['jax']}"]
+
+
+def test_shipped_stacks_are_todays_jax_and_the_newest_for_python_3_11():
+    stacks = load_stacks()
+    for name in ("jax-cpu", "jax-cuda12", "jax-cuda13", "jax-tpu"):
+        s = stacks[name]
+        assert s.jax == "0.12.0.1" and s.pythons == ["3.12", "3.13"], name
+    for name in ("jax-cpu-0.10", "jax-cuda12-0.10", "jax-tpu-0.10"):
+        assert stacks[name].jax == "0.10.2" and stacks[name].pythons == ["3.11"]
+    # Python 3.11 is what Debian 12 has; 0.10.2 is the last jax for it.
+    assert JAX_REQUIRES_PYTHON["0.10.2"] == "3.11" and JAX_REQUIRES_PYTHON["0.11.0"] == "3.12"
 
 
 def test_shipped_gpu_and_tpu_stacks_follow_their_jax():
     stacks = load_stacks()
-    gpu, tp = stacks["jax-cuda12"], stacks["jax-tpu"]
-    jax = gpu.version("jax")
-    assert gpu.version("jax-cuda12-plugin") == jax and gpu.version("jax-cuda12-pjrt") == jax
-    assert gpu.min_driver == "525.60.13"
-    assert tp.version("jax") == jax
-    assert LIBTPU_FOR_JAX[jax] == "0.0.42.*"  # from jax 0.10.2's METADATA
-    assert tp.version("libtpu").startswith("0.0.42")
-    # The same framework pins everywhere: a job moves between stacks unchanged.
-    for name in BASE_PINS:
-        assert gpu.version(name) == tp.version(name) == stacks["jax-cpu"].version(name)
+    for suffix, jax, libtpu in (("", "0.12.0.1", "0.0.50"), ("-0.10", "0.10.2", "0.0.42")):
+        cpu, gpu, tp = stacks[f"jax-cpu{suffix}"], stacks[f"jax-cuda12{suffix}"], stacks[f"jax-tpu{suffix}"]
+        assert gpu.version("jax") == tp.version("jax") == cpu.version("jax") == jax
+        assert gpu.version("jax-cuda12-plugin") == jax and gpu.version("jax-cuda12-pjrt") == jax
+        assert gpu.min_driver == "525.60.13"
+        assert LIBTPU_FOR_JAX[jax] == f"{libtpu}.*"  # from that jax's METADATA
+        assert tp.version("libtpu").startswith(libtpu + ".")
+        # The same framework pins on every accelerator: a job moves between stacks unchanged.
+        for name in FRAMEWORKS:
+            assert gpu.version(name) == tp.version(name) == cpu.version(name)
+    c13 = stacks["jax-cuda13"]
+    assert c13.version("jax-cuda13-plugin") == c13.version("jax-cuda13-pjrt") == "0.12.0.1"
+    assert c13.min_driver == MIN_DRIVER["cuda13"] == "580"
+
+
+def test_newest_stack_for_each_python():
+    stacks = load_stacks()
+    assert newest_for(stacks, "cpu", "3.11").name == "jax-cpu-0.10"
+    assert newest_for(stacks, "cpu", "3.13").name == "jax-cpu"
+    assert newest_for(stacks, "cuda12", "3.12").name == "jax-cuda12"
+    assert newest_for(stacks, "cuda13", "3.11") is None  # no CUDA 13 stack for Debian 12
+    assert newest_for(stacks, "cpu", "3.9") is None
+
+
+def test_a_stack_says_why_it_does_not_fit_a_python():
+    s = load_stacks()["jax-cpu"]
+    assert s.supports("3.13") and not s.supports("3.11")
+    assert s.too_new_for("3.11") and not s.too_new_for("3.14")
+    assert s.misfit("3.11") == "stack jax-cpu (jax 0.12.0.1) needs Python >= 3.12"
+    assert load_stacks()["jax-cpu-0.10"].misfit("3.13") == "stack jax-cpu-0.10 (jax 0.10.2) is locked for Python 3.11 only"
 
 
 def test_get_stack_names_what_there_is():
@@ -162,6 +200,22 @@ def test_pins_must_be_exact_versions():
     assert "is pinned twice" in refused(cpu(pins={**cpu().pins, "Orbax_Checkpoint": "0.12.8"}))
 
 
+def test_python_versions_must_be_ones_the_jax_release_supports():
+    msg = refused(cpu(pythons=["3.10", "3.11"]))
+    assert "python 3.10: jax 0.10.2 needs Python >= 3.11" in msg
+    assert "python 3.11: jax 0.12.0.1 needs Python >= 3.12" in refused(
+        cpu(pins={**cpu().pins, "jax": "0.12.0.1", "jaxlib": "0.12.0.1"}))
+    assert "python lists no Python version" in refused(cpu(pythons=[]))
+    assert "python lists a version twice" in refused(cpu(pythons=["3.11", "3.11"]))
+    check_stack(cpu(pythons=["3.11", "3.12", "3.13"]))
+
+
+def test_exclude_newer_must_be_a_utc_time():
+    check_stack(cpu(exclude_newer="2026-12-01T00:00:00Z"))
+    check_stack(cpu(exclude_newer="2026-12-01"))
+    assert "exclude_newer 'last week' is not a UTC time" in refused(cpu(exclude_newer="last week"))
+
+
 def test_unknown_accelerator_gets_a_hint():
     msg = refused(cpu(accelerator="tpus"))
     assert "my-stacks.yaml" in msg and "unknown accelerator 'tpus'" in msg and "did you mean 'tpu'" in msg
@@ -196,6 +250,23 @@ def test_errors_name_file_line_and_stack(write):
     assert set(load_stacks(path, check=False)) == {"good", "bad-tpu", "bad-gpu"}
 
 
+def test_python_is_one_version_or_a_list(write):
+    path = stacks_file(write, """
+        one:
+          accelerator: cpu
+          python: "3.11"
+          pins: {jax: "0.10.2", jaxlib: "0.10.2"}
+        two:
+          accelerator: cpu
+          python: ["3.11", "3.13"]
+          exclude_newer: "2026-12-01T00:00:00Z"
+          pins: {jax: "0.10.2", jaxlib: "0.10.2"}
+    """)
+    stacks = load_stacks(path)
+    assert stacks["one"].pythons == ["3.11"] and stacks["one"].exclude_newer is None
+    assert stacks["two"].pythons == ["3.11", "3.13"] and stacks["two"].exclude_newer == "2026-12-01T00:00:00Z"
+
+
 def test_unquoted_versions_are_refused(write):
     path = stacks_file(write, """
         s:
@@ -207,6 +278,7 @@ def test_unquoted_versions_are_refused(write):
         load_stacks(path)
     msg = str(e.value)
     assert "python '3.1' is not a 3.N version" in msg  # YAML read 3.10 as the number 3.1
+    assert 'quote it: python: ["3.11"]' in msg
     assert "jax: '0.1' is not an exact version" in msg
 
 

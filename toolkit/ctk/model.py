@@ -10,7 +10,9 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-
+# The Python each base OS ships as /usr/bin/python3: the interpreter an image's JAX venv is made
+# from, so the one its stack must be locked for. The one table of it; stacks, planning and image
+# builds read it here.
 JAX_VENV = "/opt/ctk/jax"  # where the jax role puts the stack's venv (its jax_venv default)
 JAX_TASK_PROLOG = "/usr/lib/ctk/jax-task-prolog"  # the jax role's Slurm TaskProlog (jax_task_prolog)
 
@@ -47,6 +49,12 @@ BASES: dict[str, Base] = {b.name: b for b in (
     Base("rocky-9", "rocky", "9", slurm=(22, 5), python=(3, 9)),
 )}
 DEFAULT_BASE = "debian-12"
+BASE_PYTHON = {name: b.python_release for name, b in BASES.items()}  # "debian-13" -> "3.13"
+
+
+def base_python(base: str) -> str | None:
+    """The Python version a base OS ships ("3.11"), or None for a base ctk does not know."""
+    return BASE_PYTHON.get(base)
 
 
 @dataclass
@@ -57,7 +65,7 @@ class ImageSpec:
     module_id: str
     base: str = DEFAULT_BASE
     roles: list[str] = field(default_factory=lambda: ["common", "munge", "slurm", "jax"])
-    stack: str = "jax-cpu"
+    stack: str = "jax-cpu-0.10"  # the newest CPU stack for the default base's Python (3.11)
     extra_playbooks: list[str] = field(default_factory=list)
     source: str = ""  # module source that declared it
     # Packer variables for a build on Google Cloud (images/gcp.pkr.hcl); empty when the

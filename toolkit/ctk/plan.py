@@ -1,4 +1,5 @@
-"""Planning: the expanded blueprint mapped onto the Deployment model (pure; no I/O)."""
+"""Planning: the expanded blueprint mapped onto the Deployment model (pure: the stacks catalog
+is handed in; no other I/O)."""
 
 from __future__ import annotations
 
@@ -6,14 +7,15 @@ import os
 import re
 from typing import Any
 
-from .blueprint.errors import Collector, did_you_mean
+from .blueprint.errors import BlueprintError, Collector, did_you_mean
 from .blueprint.expand import Expanded, ExpandedModule
 from .blueprint.expression import Deferred, is_deferred
-from .model import (BASES, DEFAULT_BASE, Controller, Deployment, ImageSpec, Login, Nodeset, Partition, SharedFs,
-                     SshHost, Unsupported)
+from .model import (BASES, BASE_PYTHON, DEFAULT_BASE, Controller, Deployment, ImageSpec, Login, Nodeset,
+                     Partition, SharedFs, SshHost, Unsupported, base_python)
 from .modules import is_remote
 from .modules.ctk_kinds import SERVICE_MANAGERS, SSH_HOST_KEYS, SSH_ROLES
 from .modules.machines import accelerator_gpu, lookup_machine, lookup_tpu
+from .stacks import Stack, load_stacks, newest_for, python_tuple
 
 _CT_PARTITION_RE = re.compile(r"^[a-z][a-z0-9]*$")
 # A host's name is its hostname and Slurm NodeName: one DNS label.
@@ -64,7 +66,9 @@ def _dict(v) -> dict[str, Any]:
     return {}
 
 
-def plan(exp: Expanded, c: Collector) -> Deployment:
+def plan(exp: Expanded, c: Collector, stacks: dict[str, Stack] | None = None) -> Deployment:
+    """The Deployment a valid expanded blueprint describes; its errors go to c. `stacks` is the
+    stacks catalog images pick their stacks from (None: read ctk's)."""
     doc = exp.blueprint.doc
     dname = exp.deployment_name
     controllers = [m for m in exp.modules if m.schema and m.schema.role == "controller"]
@@ -126,9 +130,7 @@ def plan(exp: Expanded, c: Collector) -> Deployment:
                                         _dict(em.get("slurm_conf")), em.get("enable_slurm_auth") is True)
             if dep.controller.slurm_auth:
                 auth_em = em
-    for img in dep.images:  # a Cluster Toolkit image built for GPU nodes gets the CUDA stack
-        if img.source != "ctk/image" and any(ns.image == img.name and ns.gpu_count for ns in dep.nodesets):
-            img.stack = "jax-cuda12"
+    _stacks(exp, dep, c, load_stacks() if stacks is None else stacks)
     if dep.controller is None and (dep.partitions or dep.nodesets):
         dep.controller = Controller("", hostname=f"{cluster}-controller")
     if dep.controller is not None and dep.controller.slurm_auth:
@@ -201,7 +203,7 @@ def _image(em: ExpandedModule, exp: Expanded) -> ImageSpec:
         base = _str(em.get("base"), DEFAULT_BASE)
         return ImageSpec(name=name, module_id=em.id, base=base,
                          roles=list(em.get("roles") or ["common", "munge", "slurm", "jax"]),
-                         stack=_str(em.get("stack"), "jax-cpu"),
+                         stack=_str(em.get("stack"), "") or "",  # "": chosen by _stacks
                          extra_playbooks=list(em.get("extra_playbooks") or []), source=em.module.source,
                          cloud=_cloud(em, exp, name, base))
     src_img = " ".join(str(x) for x in (em.get("source_image"), em.get("source_image_family"))
@@ -211,10 +213,8 @@ def _image(em: ExpandedModule, exp: Expanded) -> ImageSpec:
         if word in src_img:
             base = b
             break
-    mt = lookup_machine(_str(em.get("machine_type"), "") or "")
-    stack = "jax-cuda12" if (mt and mt.gpu_count) or em.get("accelerator_type") else "jax-cpu"
     name = _str(em.get("image_family"), em.id) or em.id
-    return ImageSpec(name=name, module_id=em.id, base=base, stack=stack, source=em.module.source,
+    return ImageSpec(name=name, module_id=em.id, base=base, stack="", source=em.module.source,
                      cloud=_cloud(em, exp, name, base))
 
 
@@ -235,6 +235,79 @@ def _check_slurm_auth(em: ExpandedModule, dep: Deployment, c: Collector, doc) ->
                   f"(base {img.base}) has Slurm {base.slurm_release}", doc.pos(where),
                   f"build the image on base {newer[0] if newer else 'debian-13'}, or leave auth to munge")
             return
+
+
+# ---- stacks ------------------------------------------------------------------------------
+
+def _accelerator(img: ImageSpec, exp: Expanded, dep: Deployment) -> str:
+    """The accelerator of the stack ctk picks for an image that names none: CPU for ctk's own
+    images; CUDA 12 for a Cluster Toolkit image built on or for GPU machines."""
+    if img.source == "ctk/image":
+        return "cpu"
+    em = exp.module(img.module_id)
+    mt = lookup_machine(_str(em.get("machine_type"), "") or "")
+    gpu = (mt and mt.gpu_count) or em.get("accelerator_type") or any(
+        ns.image == img.name and ns.gpu_count for ns in dep.nodesets)
+    return "cuda12" if gpu else "cpu"
+
+
+def _stack_pos(exp: Expanded, em: ExpandedModule):
+    """Where an image's stack was said: its setting, the var it came from, else the module."""
+    doc = exp.blueprint.doc
+    if "stack" in em.explicit:
+        return doc.pos(em.module.path + ("settings", "stack"))
+    if "stack" in em.from_vars and "stack" in exp.var_sources:
+        src = exp.var_sources["stack"]
+        return src.doc.pos(src.path)
+    return doc.pos(em.module.path + ("id",))
+
+
+def _bases_for(fits) -> str:
+    """The bases whose Python passes fits(python), oldest Python first."""
+    return ", ".join(b for b, v in sorted(BASE_PYTHON.items(), key=lambda bv: python_tuple(bv[1])) if fits(v))
+
+
+def _stacks(exp: Expanded, dep: Deployment, c: Collector, stacks: dict[str, Stack]) -> None:
+    """Each image's stack: the one it names, which must exist and be locked for its base's
+    Python (an error at the line that names it, with the newest stack that fits), else the
+    newest stack of its accelerator for that Python."""
+    doc = exp.blueprint.doc
+    for img in dep.images:
+        em = exp.module(img.module_id)
+        py = base_python(img.base)
+        jax = "jax" in img.roles
+        if img.stack:
+            stack = stacks.get(img.stack)
+            if stack is None:
+                c.add(f"unknown stack '{img.stack}'", _stack_pos(exp, em),
+                      did_you_mean(img.stack, stacks) or f"stacks: {', '.join(stacks)} (ctk stack list)")
+            elif jax and py and not stack.supports(py):
+                fit = newest_for(stacks, stack.accelerator, py)
+                hint = (f"use stack {fit.name} (jax {fit.jax}), the newest {stack.accelerator} stack for "
+                        f"Python {py}" if fit else
+                        f"no {stack.accelerator} stack is for Python {py}; {stack.name} fits base "
+                        f"{_bases_for(stack.supports)}")
+                c.add(f"{stack.misfit(py)}; base {img.base} has Python {py}", _stack_pos(exp, em), hint)
+            continue
+        acc = _accelerator(img, exp, dep)
+        fit = newest_for(stacks, acc, py) if py else None
+        if fit is not None:
+            img.stack = fit.name
+            continue
+        img.stack = ImageSpec.stack  # the model's default: no stack fits, or the base is unknown
+        if not (jax and py):
+            continue
+        why = f"no {acc} stack is for Python {py}, the Python of base {img.base}"
+        bases = _bases_for(lambda v: newest_for(stacks, acc, v) is not None)
+        if img.source == "ctk/image":
+            where = em.module.path + (("settings", "base") if "base" in em.explicit else ("id",))
+            c.add(why, doc.pos(where), f"use a base whose Python a {acc} stack is for ({bases}), "
+                                       "or leave out the jax role")
+        else:  # a Cluster Toolkit image: ctk adds the jax role itself, so it leaves it out instead
+            img.roles = [r for r in img.roles if r != "jax"]
+            exp.warnings.append(BlueprintError(
+                f"image {img.name}: {why}, so it gets no JAX venv", doc.pos(em.module.path + ("id",)),
+                f"an image on a base a {acc} stack is for ({bases}) gets one"))
 
 
 def _image_of(em: ExpandedModule, images: dict[str, str]) -> str | None:
@@ -502,6 +575,6 @@ def process(path: str, cli_vars: list[str] | tuple = (), deployment_file: str | 
     from .blueprint import process as expand_file
 
     def _plan(exp: Expanded, c: Collector) -> None:
-        exp.deployment = plan(exp, c)  # type: ignore[attr-defined]
+        exp.deployment = plan(exp, c, load_stacks())  # type: ignore[attr-defined]
 
     return expand_file(path, cli_vars, deployment_file, then=_plan)

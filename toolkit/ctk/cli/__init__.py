@@ -1,5 +1,5 @@
 """Command line: arguments are parsed here, one module per command group (blueprint, cluster,
-image, job); each command turns its flags into typed values and calls one function of the
+image, job, stack); each command turns its flags into typed values and calls one function of the
 packages below. Imports are lazy, so `ctk job submit` loads only what a submit needs."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import sys
 
 from .. import __version__
 from ..errors import EXIT_USAGE, CtkError
-from . import blueprint, cluster, image, job
+from . import blueprint, cluster, image, job, stack
 from .common import Parser
 
 
@@ -23,6 +23,7 @@ def build_parser() -> Parser:
     cluster.add_parsers(sub)
     job.add_parsers(sub)
     image.add_parsers(sub)
+    stack.add_parsers(sub)
     return ap
 
 

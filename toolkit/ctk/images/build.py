@@ -1,7 +1,8 @@
 """Image builds as cached layers: the base, then one layer per Ansible role.
 
 A layer's key hashes everything that shapes it: the key of the layer below, the role's files,
-the playbook that applies it, and the role's variables (for the jax role, the stack's pins).
+the playbook that applies it, and the role's variables (for the jax role, the stack's pins and
+the whole text of its lock for the base's Python, so editing a lock rebuilds that layer).
 A build re-runs only the layers whose key changed and those above them; an unchanged image is
 a pure cache hit that runs neither Packer nor Ansible.
 """
@@ -14,6 +15,7 @@ import json
 import os
 import shutil
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 
@@ -21,10 +23,10 @@ from .. import paths
 from ..errors import Failure, UserError
 from ..model import ImageSpec
 from ..progress import Progress
-from ..runner import run
-from ..stacks import Stack, get_stack
+from ..runner import CommandError, run
+from ..stacks import Lock, Stack, get_stack, image_lock, jax_role_vars, pip_target_args
 from . import buildnode, packer
-from .base import ensure_base
+from .base import base_key as base_layer_key, ensure_base
 from .store import Store
 
 LAYER_VERSION = 1  # bump when the way layers are built changes
@@ -65,24 +67,26 @@ def _files_digest(paths_: list[str]) -> str:
     return h.hexdigest()
 
 
-def role_variables(spec: ImageSpec, role: str, stack: Stack) -> dict:
-    """Variables that shape a role's layer; only the jax layer sees the stack."""
+def role_variables(spec: ImageSpec, role: str, stack: Stack, lock: Lock | None = None) -> dict:
+    """Variables that shape a role's layer; only the jax layer sees the stack and its lock."""
     if role == "jax":
-        return {"jax_stack": stack.name, "jax_stack_pins": dict(stack.pins)}
+        return jax_role_vars(stack, [lock or image_lock(spec, stack)])
     if role == "slurm":
         return {"slurm_flavour": "all"}
     return {}
 
 
 def plan_layers(spec: ImageSpec, base_key: str, stack: Stack) -> list[LayerPlan]:
+    """Every role layer of the image, bottom first, with its key (reads the stack's lock)."""
     out: list[LayerPlan] = []
+    lock = image_lock(spec, stack)
     parent = base_key
     playbook = os.path.join(paths.ansible_dir(), "layer.yml")
     for role in spec.roles:
         role_dir = os.path.join(paths.ansible_dir(), "roles", role)
         if not os.path.isdir(role_dir):
             raise UserError(f"image '{spec.name}': no Ansible role '{role}' (looked in {role_dir})")
-        variables = role_variables(spec, role, stack)
+        variables = role_variables(spec, role, stack, lock)
         # The common role's bootstrap runs in every layer's play, so its files shape them all.
         digest = _files_digest([role_dir, playbook, os.path.join(paths.ansible_dir(), "roles", "common", "tasks")])
         desc = {"parent": parent, "role": role, "files": digest, "vars": variables, "version": LAYER_VERSION}
@@ -101,14 +105,44 @@ def wheelhouse(store: Store) -> str:
     return path
 
 
-def prefetch_wheels(store: Store, pins: dict, progress: Progress) -> None:
-    """Download the stack's wheels (and their dependencies) on the build host into the store's
-    wheelhouse; files already there are not fetched again. The jax layer then installs from it
-    with no index, so a rebuild after one pin change fetches one wheel, not the whole stack."""
-    progress.task(f"fetching wheels for {len(pins)} pins into {wheelhouse(store)}")
-    run([sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "--quiet",
-         "--only-binary=:all:", "--dest", wheelhouse(store), *(f"{k}=={v}" for k, v in pins.items())],
-        what="downloading the stack's wheels failed")
+class LockMismatch(Failure):
+    """A downloaded wheel's sha256 is not one its lock records."""
+
+
+def prefetch_wheels(store: Store, lock: Lock, progress: Progress) -> None:
+    """Download the exact files of a stack's lock (for its Python, on x86_64 Linux) on the build
+    host into the store's wheelhouse, each checked against the lock's hashes; files already there
+    are not fetched again. The jax layer then installs from it with no index, so a rebuild after
+    one pin change fetches only what changed."""
+    progress.task(f"fetching the {len(lock.versions)} wheels of {lock.stack}'s lock for Python "
+                  f"{lock.python} into {wheelhouse(store)}")
+    with tempfile.TemporaryDirectory(dir=store.root, prefix=".lock-") as tmp:
+        req = os.path.join(tmp, f"{lock.stack}-py{lock.python}.txt")
+        with open(req, "w") as f:
+            f.write(lock.text)  # exactly the text the layer's key was made of
+        try:
+            run([sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "--quiet",
+                 "--require-hashes", "--no-deps", *pip_target_args(lock.python),
+                 "--dest", wheelhouse(store), "-r", req],
+                what=f"downloading the wheels of {lock.path} failed")
+        except CommandError as e:
+            if "DO NOT MATCH THE HASHES" in e.tail:
+                raise LockMismatch(
+                    f"stack {lock.stack}: a wheel does not match its sha256 in {lock.path}; "
+                    "refusing to install it\n" + _hash_lines(e.tail).replace(req, str(lock.path)),
+                    hint=f"if the lock was edited, remake it: ctk stack lock {lock.stack} --python "
+                         f"{lock.python}; else check the index pip downloads from (pip.conf, PIP_INDEX_URL)"
+                ) from None
+            raise
+
+
+def _hash_lines(tail: str) -> str:
+    """pip's lines about the mismatching files (name, expected and got hashes)."""
+    lines = tail.splitlines()
+    for i, ln in enumerate(lines):
+        if "DO NOT MATCH THE HASHES" in ln:
+            return "\n".join(x for x in lines[i + 1:] if x.strip())
+    return tail
 
 
 def host_ca_bundle() -> str | None:
@@ -250,22 +284,28 @@ def build_image(spec: ImageSpec, store: Store | None = None, progress: Progress 
     store = store or Store()
     progress = progress or Progress()
     stack = get_stack(spec.stack, stacks_path)
+    # Planned before any work: a stack without a lock for the base's Python stops the build here.
+    lock = image_lock(spec, stack)
+    layers = plan_layers(spec, base_layer_key(spec.base), stack)
     t0 = time.monotonic()
     with store.lock():
         base = ensure_base(store, spec.base, progress)
         result = BuildResult(spec.name, [base])
-        for lp in plan_layers(spec, base, stack):
+        for lp in layers:
             if store.has(lp.key):
                 progress.say(f"==> layer {lp.role}: cached ({lp.key})")
                 result.cached.append(lp.role)
             else:
                 with progress.step(f"layer {lp.role} ({lp.key})"):
-                    if "jax_stack_pins" in lp.variables:
-                        prefetch_wheels(store, lp.variables["jax_stack_pins"], progress)
+                    if lock is not None and lp.role == "jax":
+                        prefetch_wheels(store, lock, progress)
                     _build_layer(store, spec.name, lp, result.layers, progress)
                 result.built.append(lp.role)
             result.layers.append(lp.key)
+        record = {"name": stack.name, "pins": dict(stack.pins)}
+        if lock is not None:  # what the venv must hold, exactly: image verification checks it
+            record.update(python=lock.python, lock=lock.versions)
         store.save_image(spec.name, {"name": spec.name, "layers": result.layers, "spec": vars(spec),
-                                     "stack": {"name": stack.name, "pins": dict(stack.pins)}})
+                                     "stack": record})
     result.seconds = time.monotonic() - t0
     return result

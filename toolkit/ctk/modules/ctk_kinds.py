@@ -23,7 +23,8 @@ IMAGE = ModuleKind(
         _in("name", "string", None, "Image name; nodesets, controller and login refer to it.", required=True),
         _in("base", "string", DEFAULT_BASE, "Base OS: " + ", ".join(IMAGE_BASES) + "."),
         _in("roles", "list(string)", ["common", "munge", "slurm", "jax"], "Ansible roles, applied in this order."),
-        _in("stack", "string", "jax-cpu", "Software stack from images/stacks.yaml."),
+        _in("stack", "string", None, "Software stack from images/stacks.yaml (ctk stack list); it must be "
+            "locked for the base's Python. null: the newest CPU stack for the base's Python."),
         _in("extra_playbooks", "list(string)", [], "Further playbooks run after the roles."),
     ),
     outputs=(Output("image", "The image name, for an `image` input."),),

@@ -1,10 +1,12 @@
 """The software stacks catalog (images/stacks.yaml) and the rules a stack must keep.
 
-A stack pins, exactly, every Python package an image's JAX venv gets. `load_stacks` reads
-the catalog; `check_stack` refuses a stack whose versions are known not to work together
-(jax and jaxlib apart, CUDA plugin wheels of another jax release, a driver floor below what
-the CUDA wheels need, a libtpu other than the one the jax release was built against).
-Errors name the file, the line and the stack.
+A stack pins, exactly, the Python packages an image's JAX venv is asked for, says which Python
+versions it is for, and is locked per Python version (ctk.stacks.lock) with the exact versions
+and hashes of their whole closure. `load_stacks` reads the catalog; `check_stack` refuses a stack
+whose versions are known not to work together (jax and jaxlib apart, CUDA plugin wheels of
+another jax release, a driver floor below what the CUDA wheels need, a libtpu other than the one
+the jax release was built against, a Python the jax release does not support). Errors name the
+file, the line and the stack.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from ctk.blueprint.load import Document, load_file
 DEFAULT_PATH = Path(paths.IMAGES) / "stacks.yaml"
 
 ACCELERATORS = ("cpu", "cuda12", "cuda13", "tpu")
-STACK_KEYS = ("accelerator", "python", "min_driver", "pins")
+STACK_KEYS = ("accelerator", "python", "min_driver", "exclude_newer", "pins")
 
 # Published driver floors: jax[cuda12] runs on NVIDIA driver >= 525.60.13, jax[cuda13] on >= 580.
 MIN_DRIVER = {"cuda12": "525.60.13", "cuda13": "580"}
@@ -46,6 +48,20 @@ LIBTPU_FOR_JAX = {
     "0.10.0": "0.0.40.*",
     "0.10.1": "0.0.41.*",
     "0.10.2": "0.0.42.*",
+    "0.11.0": "0.0.44.*",
+    "0.11.1": "0.0.46.*",
+    "0.11.2": "0.0.48.*",
+    "0.12.0": "0.0.50.*",
+    "0.12.0.1": "0.0.50.*",
+}
+
+# The oldest Python each jax release supports, as its wheel's Requires-Python says (">=3.11" for
+# jax 0.10.2, ">=3.12" for 0.11.0 onwards; checked on PyPI's simple index).
+JAX_REQUIRES_PYTHON = {
+    **dict.fromkeys(("0.6.0", "0.6.1", "0.6.2"), "3.10"),
+    **dict.fromkeys(("0.7.0", "0.7.1", "0.7.2", "0.8.0", "0.8.1", "0.8.2", "0.8.3", "0.9.0", "0.9.0.1",
+                     "0.9.1", "0.9.2", "0.10.0", "0.10.1", "0.10.2"), "3.11"),
+    **dict.fromkeys(("0.11.0", "0.11.1", "0.11.2", "0.12.0", "0.12.0.1"), "3.12"),
 }
 
 # Plugin wheels that must carry the jax version, per accelerator.
@@ -60,6 +76,8 @@ ACCELERATOR_WHEELS["libtpu"] = "tpu"
 EXACT_VERSION_RE = re.compile(r"^\d+(\.\d+)*((a|b|rc)\d+)?(\.post\d+)?(\.dev\d+)?$")
 DRIVER_RE = re.compile(r"^\d+(\.\d+){0,2}$")
 PYTHON_RE = re.compile(r"^3\.\d+$")
+# An RFC 3339 timestamp in UTC, or a date: what uv's --exclude-newer takes.
+TIMESTAMP_RE = re.compile(r"^\d{4}-\d{2}-\d{2}(T\d{2}:\d{2}:\d{2}Z)?$")
 PIN_NAME_RE = re.compile(r"^([A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?)(\[[A-Za-z0-9._,-]+\])?$")
 
 
@@ -67,9 +85,12 @@ PIN_NAME_RE = re.compile(r"^([A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?)(\[[A-Za-z
 class Stack:
     name: str
     accelerator: str  # "cpu" | "cuda12" | "cuda13" | "tpu"
-    python: str
+    pythons: list[str]  # the Python versions ("3.13") it is locked for
     pins: dict[str, str]
     min_driver: str | None = None
+    # Locks take only files PyPI had at this time (uv --exclude-newer), so relocking an unchanged
+    # stack gives the same lock whatever was released since. None: today's PyPI.
+    exclude_newer: str | None = None
     file: str = ""  # where the stack was read from, for messages
     pos: Pos | None = field(default=None, compare=False)
 
@@ -84,6 +105,48 @@ class Stack:
     def requirements(self) -> list[str]:
         """pip requirement strings, `name==version`, in file order."""
         return [f"{k}=={v}" for k, v in self.pins.items()]
+
+    @property
+    def jax(self) -> str:
+        return self.version("jax") or "?"
+
+    def min_python(self) -> str | None:
+        """The oldest Python its jax release supports, when ctk knows it."""
+        return JAX_REQUIRES_PYTHON.get(self.jax)
+
+    def supports(self, python: str) -> bool:
+        """Is the stack locked for this Python version ("3.13")?"""
+        return python in self.pythons
+
+    def too_new_for(self, python: str) -> bool:
+        """Does its jax need a newer Python than this one?"""
+        low = self.min_python()
+        return low is not None and python_tuple(python) < python_tuple(low)
+
+    def misfit(self, python: str) -> str:
+        """Why the stack does not fit a Python it does not support, in words."""
+        if self.too_new_for(python):
+            return f"stack {self.name} (jax {self.jax}) needs Python >= {self.min_python()}"
+        return f"stack {self.name} (jax {self.jax}) is locked for Python {', '.join(self.pythons)} only"
+
+    def lock_dir(self) -> Path:
+        """Where its locks live: locks/NAME/ beside the catalog it was read from."""
+        return Path(self.file).parent / "locks" / self.name
+
+
+def python_tuple(v: str) -> tuple[int, ...]:
+    """"3.13" -> (3, 13), for comparing Python versions."""
+    return tuple(int(p) for p in v.split("."))
+
+
+def newest_for(stacks: dict[str, Stack], accelerator: str, python: str) -> Stack | None:
+    """The stack with the newest jax among those of this accelerator locked for this Python."""
+    fits = [s for s in stacks.values() if s.accelerator == accelerator and s.supports(python)]
+    return max(fits, key=lambda s: (_version_key(s.jax), -len(s.name)), default=None)
+
+
+def _version_key(v: str) -> tuple:
+    return tuple(int(p) if p.isdigit() else -1 for p in re.split(r"[.]", v))
 
 
 def normalize(dist: str) -> str:
@@ -120,8 +183,21 @@ def stack_problems(stack: Stack, c: Collector) -> None:
         _add(c, stack, f"unknown accelerator '{stack.accelerator}'",
              did_you_mean(str(stack.accelerator), ACCELERATORS) or f"one of {', '.join(ACCELERATORS)}")
         return
-    if not isinstance(stack.python, str) or not PYTHON_RE.match(stack.python):
-        _add(c, stack, f"python '{stack.python}' is not a 3.N version", 'quote it: python: "3.11"')
+    if not stack.pythons:
+        _add(c, stack, "python lists no Python version", 'for example python: ["3.13"]')
+    jax_min = JAX_REQUIRES_PYTHON.get(str(stack.version("jax")))
+    for py in stack.pythons:
+        if not isinstance(py, str) or not PYTHON_RE.match(py):
+            _add(c, stack, f"python '{py}' is not a 3.N version", 'quote it: python: ["3.11"]')
+        elif jax_min and python_tuple(py) < python_tuple(jax_min):
+            _add(c, stack, f"python {py}: jax {stack.version('jax')} needs Python >= {jax_min}",
+                 f"lock it for Python {jax_min} or later, or pin an older jax")
+    if len(set(map(str, stack.pythons))) != len(stack.pythons):
+        _add(c, stack, "python lists a version twice")
+    if stack.exclude_newer is not None and (
+            not isinstance(stack.exclude_newer, str) or not TIMESTAMP_RE.match(stack.exclude_newer)):
+        _add(c, stack, f"exclude_newer '{stack.exclude_newer}' is not a UTC time like 2026-12-01T00:00:00Z",
+             "quote it: YAML reads an unquoted date as a date")
 
     seen: dict[str, str] = {}
     for name, version in stack.pins.items():
@@ -214,12 +290,16 @@ def _stack_from(doc: Document, name: str, body, c: Collector) -> Stack | None:
     if bad:
         return None
     md = body.get("min_driver")
+    py = body["python"]
     return Stack(
         name=name,
         accelerator=str(body["accelerator"]),
-        python=body["python"],  # left as read: a YAML number (3.10 -> 3.1) is refused by the check
+        # Left as read: a YAML number (3.10 -> 3.1) is refused by the check. One version may be
+        # written without the list.
+        pythons=list(py) if isinstance(py, list) else [py],
         pins={str(k): v for k, v in pins.items()},
         min_driver=md if md is None or isinstance(md, str) else str(md),
+        exclude_newer=body.get("exclude_newer"),
         file=doc.file,
         pos=pos,
     )

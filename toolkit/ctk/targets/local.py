@@ -50,7 +50,7 @@ if TYPE_CHECKING:  # the builders are imported where they are used: `ctk job` ne
 
 DEFAULT_MAX_NODES = 4  # per nodeset: fits 2 cores and 24 GiB with room to spare
 DEFAULT_IMAGE = ImageSpec(name="ctk-local", module_id="", base="debian-12",
-                          roles=["common", "munge", "slurm", "jax"], stack="jax-cpu")
+                          roles=["common", "munge", "slurm", "jax"], stack="jax-cpu-0.10")
 GPU_DIR_IN_NODE = "/etc/ctk-gpus"
 MUNGE_KEY_IN_NODE = "ctk/munge.key"  # under /run (tmpfs)
 SLURM_KEY_IN_NODE = "ctk/slurm.key"  # auth/slurm's key, under /run (tmpfs)

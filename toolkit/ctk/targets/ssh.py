@@ -47,12 +47,11 @@ from ..render.slurmconf import (PROD_LOG_DIR, PROD_PID_DIR, PROD_SLURMCTLD_PORT,
                                 render_gres_conf, render_slurm_conf)
 from ..runner import CommandError, run
 from ..sandbox.daemons import DaemonError, ensure_munge_key, ensure_munged, stop_munged
-from ..stacks import get_stack
+from ..stacks import current_lock, get_stack, jax_role_vars
 from .base import (SINFO_PARTITIONS, DeployOutcome, NodeStatus, Status, Target, parse_node_states,
                    parse_partitions, wait_ready)
 
 DEFAULT_ROLES = ["common", "munge", "slurm", "jax"]
-DEFAULT_STACK = "jax-cpu"
 PIP_CA_IN_HOST = "/run/ctk/pip-ca-bundle.crt"  # where site.yml puts ctk_pip_ca_bundle
 DAEMONS = {"controller": ["munged", "slurmctld"], "compute": ["munged", "slurmd"], "login": ["munged"]}
 
@@ -107,7 +106,7 @@ def host_image(dep: Deployment, h: SshHost) -> ImageSpec:
         return images[name]
     if name is None and len(dep.images) == 1:
         return dep.images[0]
-    return ImageSpec(name=name or "default", module_id="", roles=list(DEFAULT_ROLES), stack=DEFAULT_STACK)
+    return ImageSpec(name=name or "default", module_id="", roles=list(DEFAULT_ROLES))  # the default stack
 
 
 def notes(dep: Deployment) -> list[str]:
@@ -186,8 +185,10 @@ def inventory(dep: Deployment, sdir: str) -> dict:
         if h.role == "compute":
             hv["slurm_node_name"] = h.name
         if "jax" in img.roles:
+            # A host keeps its own OS, so its Python is known only there: the role picks the
+            # lock for the interpreter it finds among all of the stack's.
             stack = get_stack(img.stack)
-            hv.update(jax_stack=stack.name, jax_stack_pins=dict(stack.pins))
+            hv.update(jax_role_vars(stack, [current_lock(stack, py) for py in stack.pythons]))
         host_vars.append((h, hv))
     return _groups(all_vars, host_vars)
 

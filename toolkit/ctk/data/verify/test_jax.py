@@ -1,6 +1,8 @@
-"""Role jax: the stack's venv at /opt/ctk/jax with exactly the pinned versions, on PATH."""
+"""Role jax: the stack's venv at /opt/ctk/jax holding exactly its lock (the pins and their whole
+closure, nothing else), on PATH."""
 
 import json
+import re
 
 import pytest
 
@@ -11,12 +13,33 @@ def _only_with_jax(roles):
         pytest.skip("image has no jax role")
 
 
-def test_venv_has_exact_pins(host, image):
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name.split("[")[0]).lower()
+
+
+def _installed(host) -> dict:
     out = host.check_output("/opt/ctk/jax/bin/python -m pip list --format=json --disable-pip-version-check")
-    installed = {p["name"].lower().replace("_", "-"): p["version"] for p in json.loads(out)}
+    return {_norm(p["name"]): p["version"] for p in json.loads(out)}
+
+
+def test_venv_has_exact_pins(host, image):
+    installed = _installed(host)
     for name, version in image["stack"]["pins"].items():
-        base = name.split("[")[0].lower().replace("_", "-")
-        assert installed.get(base) == version, f"{base}: {installed.get(base)} != {version}"
+        assert installed.get(_norm(name)) == version, f"{name}: {installed.get(_norm(name))} != {version}"
+
+
+def test_venv_holds_the_lock_and_nothing_else(host, image):
+    lock = image["stack"].get("lock")
+    if lock is None:
+        pytest.skip("the image was built before stacks were locked")
+    installed = _installed(host)
+    for own in ("pip", "setuptools", "wheel"):  # what `python -m venv` puts in every venv
+        installed.pop(own, None)
+    assert installed == lock
+    assert host.file("/opt/ctk/jax/ctk-stack.lock.txt").exists
+    py = host.check_output("/opt/ctk/jax/bin/python -c 'import sys; print(\"%d.%d\" % sys.version_info[:2])'")
+    assert py == image["stack"]["python"]
+    assert host.run("/opt/ctk/jax/bin/python -m pip check --disable-pip-version-check").rc == 0
 
 
 def test_profile_puts_venv_on_path(host):
