@@ -304,9 +304,8 @@ def test_python3_in_a_plain_batch_job_is_the_stacks(lab):
                 "srun python3 -c 'import jax, socket; print(\"task\", socket.gethostname(), jax.__version__)'\n")
     jid = lab.slurm("sbatch", "--parsable", "--wait", "/home/plain.sh", timeout=180).stdout.strip().split(";")[0]
     out = open(os.path.join(home, f"plain-{jid}.out")).read()
-    r = lab.ctk("exec", lab.path, "lab-login-0", "--", "/opt/ctk/jax/bin/python", "-c", "import jax; print(jax.__version__)")
-    version = r.stdout.strip()
-    assert r.returncode == 0 and version, r.stderr
+    from ctk.stacks import load_stacks
+    version = load_stacks()["jax-cpu"].jax  # the default lab: Debian 13, jax 0.12
     assert f"batch {version}" in out.splitlines(), out
     tasks = [ln.split() for ln in out.splitlines() if ln.startswith("task ")]
     assert len({t[1] for t in tasks}) == 2 and all(t[2] == version for t in tasks), out
@@ -446,6 +445,26 @@ def test_status_lists_the_nodes_an_interrupted_deploy_left_running(lab_build, st
 
 
 AUTH_SLURM = os.path.join(os.path.dirname(__file__), "blueprints", "auth-slurm-13.yaml")
+LAB_12 = os.path.join(os.path.dirname(__file__), "blueprints", "lab-debian-12.yaml")
+
+
+def test_a_debian_12_lab_still_deploys_and_runs_jax_smoke(state, tmp_path_factory):
+    """Debian 12 (Slurm 22.05, Python 3.11) stays supported: its lab runs jax-smoke on two
+    nodes with the stack for its Python (jax 0.10.2), driven by its own Slurm commands."""
+    from ctk.stacks import load_stacks
+    lab = deploy(tmp_path_factory, state, "lab12", LAB_12)
+    try:
+        assert lab.slurm("sinfo", "-V").stdout.split()[-1].startswith("22.05")
+        r = lab.ctk("job", "submit", "jax-smoke", "--deployment", lab.path, "--nodes", "2", "--wait", timeout=300)
+        assert r.returncode == 0, (r.stdout, r.stderr)
+        out = lab.ctk("job", "logs", r.stdout.strip(), "--deployment", lab.path).stdout
+        fields = [dict(kv.split("=") for kv in ln.split()[1:]) for ln in out.splitlines() if ln.startswith("ctk-smoke ")]
+        assert sorted(f["process"] for f in fields) == ["0", "1"]
+        assert all(f["process_count"] == "2" and f["reduced"] == "2" for f in fields)
+        r = lab.ctk("exec", lab.path, "lab12-login-0", "--", "/opt/ctk/jax/bin/python", "-c", "import jax; print(jax.__version__)")
+        assert r.stdout.strip() == load_stacks()["jax-cpu-0.10"].jax, (r.stdout, r.stderr)
+    finally:
+        lab.ctk("destroy", lab.path)
 
 
 def test_auth_slurm_lab_runs_a_two_node_job_with_no_munge(state, tmp_path_factory):

@@ -92,7 +92,7 @@ def test_packer_folder_for_the_cloud_build(tmp_path, capsys):
     import json
     v = json.loads((folder / "image.auto.pkrvars.json").read_text())
     assert (v["project_id"], v["source_image_family"], v["source_image_project_id"]) == \
-        ("demo", "debian-12", ["debian-cloud"])
+        ("demo", "debian-13", ["debian-cloud"])
     a = json.loads((folder / "ansible-vars.json").read_text())
     assert a["ctk_roles"] == ["common", "munge", "slurm", "jax"] and a["jax_stack_pins"]["jax"]
     cmp = filecmp.dircmp(paths.ANSIBLE, out / "ansible")

@@ -190,11 +190,11 @@ def test_inventory_is_0600_and_holds_key_paths_not_keys(written):
     assert hosts["node-a"]["slurm_node_name"] == "node-a" and "slurm_node_name" not in hosts["ctl"]
     assert (hosts["ctl"]["slurm_flavour"], hosts["node-b"]["slurm_flavour"]) == ("controller", "compute")
     assert hosts["node-a"]["ctk_roles"] == ["common", "munge", "slurm", "jax"]
-    # The blueprint's image is on the default base (debian-12, Python 3.11): the newest CPU stack
+    # The blueprint's image is on the default base (debian-13, Python 3.13): the newest CPU stack
     # for it; the host's Python is known only on the host, so every lock of the stack goes along.
-    assert hosts["node-a"]["jax_stack"] == "jax-cpu-0.10" and "jax" in hosts["node-a"]["jax_stack_pins"]
-    assert set(hosts["node-a"]["jax_stack_locks"]) == {"3.11"}
-    assert "--hash=sha256:" in hosts["node-a"]["jax_stack_locks"]["3.11"]
+    assert hosts["node-a"]["jax_stack"] == "jax-cpu" and "jax" in hosts["node-a"]["jax_stack_pins"]
+    assert set(hosts["node-a"]["jax_stack_locks"]) == {"3.12", "3.13"}
+    assert "--hash=sha256:" in hosts["node-a"]["jax_stack_locks"]["3.13"]
     v = inv["all"]["vars"]
     assert v["ctk_manage_services"] is True and v["munge_strip_package_key"] is False
     assert v["common_remove_ssh_host_keys"] is False

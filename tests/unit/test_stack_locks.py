@@ -147,13 +147,13 @@ def test_an_image_whose_stack_needs_a_newer_python_is_refused():
 def test_an_image_build_without_the_lock_stops_before_any_work(catalog_copy, tmp_path, monkeypatch, capsys):
     """`ctk image build` of a blueprint whose stack has no lock for its base's Python: exit 2,
     naming the stack and the command, and nothing built (not even the base)."""
-    os.unlink(catalog_copy.parent / "locks" / "jax-cpu-0.10" / "py3.11.txt")
+    os.unlink(catalog_copy.parent / "locks" / "jax-cpu" / "py3.13.txt")
     monkeypatch.setenv("CTK_STACKS", str(catalog_copy))
     monkeypatch.setenv("CTK_STATE_DIR", str(tmp_path / "state"))
     assert main(["image", "build", os.path.join(paths.BLUEPRINTS, "lab.yaml")]) == 2
     err = capsys.readouterr().err
-    assert "error: stack jax-cpu-0.10 has no lock for Python 3.11" in err
-    assert "hint: make it: ctk stack lock jax-cpu-0.10 --python 3.11" in err
+    assert "error: stack jax-cpu has no lock for Python 3.13" in err
+    assert "hint: make it: ctk stack lock jax-cpu --python 3.13" in err
     assert os.listdir(tmp_path / "state" / "layers") == []
 
 

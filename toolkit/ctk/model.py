@@ -48,7 +48,7 @@ BASES: dict[str, Base] = {b.name: b for b in (
     Base("ubuntu-24.04", "ubuntu", "24.04", slurm=(23, 11), python=(3, 12)),
     Base("rocky-9", "rocky", "9", slurm=(22, 5), python=(3, 9)),
 )}
-DEFAULT_BASE = "debian-12"
+DEFAULT_BASE = "debian-13"
 BASE_PYTHON = {name: b.python_release for name, b in BASES.items()}  # "debian-13" -> "3.13"
 
 
@@ -65,7 +65,7 @@ class ImageSpec:
     module_id: str
     base: str = DEFAULT_BASE
     roles: list[str] = field(default_factory=lambda: ["common", "munge", "slurm", "jax"])
-    stack: str = "jax-cpu-0.10"  # the newest CPU stack for the default base's Python (3.11)
+    stack: str = "jax-cpu"  # the newest CPU stack for the default base's Python (3.13)
     extra_playbooks: list[str] = field(default_factory=list)
     source: str = ""  # module source that declared it
     # Packer variables for a build on Google Cloud (images/gcp.pkr.hcl); empty when the

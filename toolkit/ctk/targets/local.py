@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Sequence
 from .. import atomic
 from ..connect.base import NODE_HOME, NODE_JOBS_DIR, HereCluster, Result, SlurmError, exit_of, parse_kv_line
 from ..errors import UserError, did_you_mean
-from ..model import JAX_TASK_PROLOG, Deployment, ImageSpec
+from ..model import DEFAULT_BASE, JAX_TASK_PROLOG, Deployment, ImageSpec
 from ..progress import Progress
 from ..render.hostlist import compress
 from ..sandbox import netns
@@ -49,8 +49,8 @@ if TYPE_CHECKING:  # the builders are imported where they are used: `ctk job` ne
     from ..render.slurmconf import NodeLayout
 
 DEFAULT_MAX_NODES = 4  # per nodeset: fits 2 cores and 24 GiB with room to spare
-DEFAULT_IMAGE = ImageSpec(name="ctk-local", module_id="", base="debian-12",
-                          roles=["common", "munge", "slurm", "jax"], stack="jax-cpu-0.10")
+DEFAULT_IMAGE = ImageSpec(name="ctk-local", module_id="", base=DEFAULT_BASE,
+                          roles=["common", "munge", "slurm", "jax"], stack="jax-cpu")
 GPU_DIR_IN_NODE = "/etc/ctk-gpus"
 MUNGE_KEY_IN_NODE = "ctk/munge.key"  # under /run (tmpfs)
 SLURM_KEY_IN_NODE = "ctk/slurm.key"  # auth/slurm's key, under /run (tmpfs)
