@@ -65,7 +65,7 @@ demo: deps
 	ssh $(LAB_SSH) lab-login-0 rm -rf ckpt-demo
 	@set -e; host="--host lab-login-0 --ssh-config lab/lab/ssh_config"; \
 	id=$$($(VENV)/bin/ctk job submit jax-train --nodes 2 --set partition=debug --set preemptible=true $$host \
-	  --wait -- /opt/ctk/jax/bin/python /root/train.py --steps 50 --checkpoint-dir /root/ckpt-demo); \
+	  --wait -- python3 /root/train.py --steps 50 --checkpoint-dir /root/ckpt-demo); \
 	$(VENV)/bin/ctk job logs $$id $$host | grep -E '^(train:|step=(1|10|20|30|40|50) )'
 	@echo
 	@echo "The lab cluster is up. Use it: eval \"\$$(.venv/bin/ctk env lab)\"; sinfo  --  ctk status lab  --  stop it: .venv/bin/ctk destroy lab"
