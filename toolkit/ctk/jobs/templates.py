@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import jinja2
-import yaml
 
 from .. import paths
 from ..errors import UserError, did_you_mean
@@ -101,16 +100,59 @@ def list_templates() -> list[str]:
     return sorted(f[: -len(SUFFIX)] for f in os.listdir(d) if f.endswith(SUFFIX) and not f.startswith("_"))
 
 
+def _cache_dir(kind: str) -> str | None:
+    """A folder of ctk's own cache (~/.cache/ctk/KIND) that only this user can read, made if
+    needed; None where there can be none. What it holds is always remade from its source."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    d = os.path.join(base, "ctk", kind)
+    try:
+        os.makedirs(d, mode=0o700, exist_ok=True)
+        st = os.stat(d)
+        if st.st_uid != os.getuid() or st.st_mode & 0o077:
+            return None
+    except OSError:
+        return None
+    return d
+
+
+def _params_yaml(block: str, where: str) -> Any:
+    """The parameter block's YAML, read once per text: later runs (each `ctk job` is a new
+    process) take it from a JSON copy keyed by the text's hash and never import PyYAML."""
+    import hashlib
+    import json
+
+    d = _cache_dir("params")
+    path = os.path.join(d, hashlib.sha256(block.encode()).hexdigest() + ".json") if d else None
+    if path:
+        try:
+            with open(path, encoding="utf-8") as f:
+                return json.load(f)
+        except (OSError, ValueError):
+            pass
+    import yaml
+
+    try:
+        # libyaml's loader where PyYAML has it: a tenth of the pure-Python one's time
+        raw = yaml.load(block, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or []
+    except yaml.YAMLError as e:
+        raise UserError(f"{where}: parameter block is not valid YAML: {e}") from None
+    if path:
+        try:
+            tmp = f"{path}.{os.getpid()}.tmp"
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump(raw, f)
+            os.replace(tmp, path)
+        except (OSError, TypeError, ValueError):
+            pass
+    return raw
+
+
 def _parse_block(text: str, where: str, depth: int = 0) -> tuple[list[Param], str]:
     m = _BLOCK.match(text)
     if not m:
         raise UserError(f"{where}: no parameter block at the top",
                         hint="start the template with '{#- ctk-params:' followed by a YAML list")
-    try:
-        # libyaml's loader where PyYAML has it: a tenth of the pure-Python one's time
-        raw = yaml.load(m.group(1), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or []
-    except yaml.YAMLError as e:
-        raise UserError(f"{where}: parameter block is not valid YAML: {e}") from None
+    raw = _params_yaml(m.group(1), where)
     if not isinstance(raw, list):
         raise UserError(f"{where}: parameter block must be a YAML list of parameters")
     out: list[Param] = []
@@ -245,6 +287,8 @@ def _coerce(p: Param, value: Any, ctx: str) -> Any:
         if isinstance(value, str):
             s = value.strip()
             if s.startswith("["):
+                import yaml
+
                 try:
                     value = yaml.safe_load(s)
                 except yaml.YAMLError:
@@ -335,16 +379,8 @@ def _bytecode_cache() -> jinja2.BytecodeCache | None:
     """Compiled templates kept between runs (each `ctk job` is a new process, and compiling
     jax-train costs more than the rest of a submit), in a folder only this user can read;
     Jinja recompiles a template whose source changed. None where no such folder can be made."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    d = os.path.join(base, "ctk", "jinja")
-    try:
-        os.makedirs(d, mode=0o700, exist_ok=True)
-        st = os.stat(d)
-        if st.st_uid != os.getuid() or st.st_mode & 0o077:
-            return None
-    except OSError:
-        return None
-    return jinja2.FileSystemBytecodeCache(d)
+    d = _cache_dir("jinja")
+    return jinja2.FileSystemBytecodeCache(d) if d else None
 
 
 def _new_environment() -> jinja2.Environment:
