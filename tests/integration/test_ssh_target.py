@@ -76,6 +76,7 @@ deployment_groups:
     source: ctk/image
     settings:
       name: sshtest
+      base: debian-12
       roles: [common, munge, slurm, jax]
       stack: jax-cpu-0.10
 - group: cluster
