@@ -94,6 +94,49 @@ def test_munge_key_is_secret(lab):
     assert r.stdout.strip() == "400 munge"
 
 
+def _wait_done(lab, job: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while lab.slurm("squeue", "-h", "-j", job, "-o", "%T", check=False).stdout.strip() in ("PENDING", "RUNNING",
+                                                                                           "COMPLETING", "CONFIGURING"):
+        assert time.monotonic() < deadline, f"job {job} did not finish"
+        time.sleep(0.5)
+
+
+def _sacct(lab, job: str, timeout: float = 60) -> str:
+    """State|ExitCode of JOB in accounting, once slurmdbd has its end."""
+    deadline = time.monotonic() + timeout
+    while True:
+        out = lab.slurm("sacct", "-n", "-P", "-X", "-j", job, "-o", "State,ExitCode").stdout.strip()
+        if out and not out.startswith(("RUNNING", "PENDING", "COMPLETING")):
+            return out
+        assert time.monotonic() < deadline, f"sacct -j {job}: {out!r}"
+        time.sleep(0.5)
+
+
+def test_the_controller_keeps_accounting_and_sacct_reports_finished_jobs(lab):
+    """slurmdbd and MariaDB run on the lab's controller by default: sacct reports a finished
+    job's state and exit code; ctk status says accounting is up. The database password is
+    0400 in the deployment's secrets and reaches only the controller's tmpfs."""
+    rc, st = lab.status()
+    assert rc == 0 and st["accounting"] == "up", st
+    job = lab.slurm("sbatch", "--parsable", "-N2", "-p", "debug", "-o", "/dev/null",
+                    "--wrap", "srun true; exit 3").stdout.strip()
+    _wait_done(lab, job)
+    assert _sacct(lab, job) == "FAILED|3:0"
+    secrets = os.path.join(lab.path, "lab", "secrets")
+    assert os.stat(os.path.join(secrets, "mariadb.password")).st_mode & 0o777 == 0o400
+    assert os.stat(os.path.join(secrets, "slurmdbd.conf")).st_mode & 0o777 == 0o600
+    password = open(os.path.join(secrets, "mariadb.password")).read().strip()
+    assert f"StoragePass={password}\n" in open(os.path.join(secrets, "slurmdbd.conf")).read()
+    for dirpath, _, files in os.walk(os.path.join(lab.path, "lab", "etc")):
+        for fn in files:
+            assert password not in open(os.path.join(dirpath, fn), errors="replace").read(), fn
+    r = lab.ctk("exec", lab.path, "labdebugnodeset-0", "--", "sh", "-c", "ls /run/ctk")
+    assert r.returncode == 0 and "dbd" not in r.stdout.split(), r.stdout  # only the controller has it
+    r = lab.ctk("exec", lab.path, "lab-controller", "--", "stat", "-c", "%a %U", "/run/ctk/dbd/slurmdbd.conf")
+    assert r.stdout.strip() == "600 root", (r.stdout, r.stderr)
+
+
 def test_redeploy_without_change_restarts_nothing(lab):
     before = lab.node_pids()
     r = lab.ctk("deploy", LAB, "-o", lab.path, "--json")
@@ -354,9 +397,17 @@ def _listening(pid: int) -> set[tuple[str, int]]:
     return out
 
 
+def _interfaces(pid: int) -> set[str]:
+    return {ln.split(":")[0].strip() for ln in open(f"/proc/{pid}/net/dev").read().splitlines()[2:]}
+
+
 def test_every_lab_daemon_and_srun_listen_only_on_their_nodes_address(lab):
     """slurmctld, each slurmd, each sshd and an srun inside a batch job: none on 0.0.0.0 or ::.
-    Each node has its own network namespace, so its sockets are in its own /proc/PID/net."""
+    Each node has its own network namespace, so its sockets are in its own /proc/PID/net.
+    The controller's accounting is the one exception, and it stays inside the node: slurmdbd
+    has no setting for the address it listens on (its port is open on every address of its
+    network namespace, which holds only lo and the node's eth0), and MariaDB listens on the
+    node's own loopback."""
     state = json.load(open(os.path.join(lab.path, "lab", "state.json")))
     first = lab.slurm("sinfo", "-h", "-N", "-p", "debug", "-o", "%N").stdout.split()[0]
     job = lab.slurm("sbatch", "--parsable", "-N1", "-w", first, "-p", "debug", "-o", "/dev/null",
@@ -367,9 +418,17 @@ def test_every_lab_daemon_and_srun_listen_only_on_their_nodes_address(lab):
             assert time.monotonic() < deadline, lab.slurm("squeue", "-j", job, check=False).stdout
             time.sleep(0.5)
         seen = {}
+        dbd = json.load(open(os.path.join(lab.path, "lab", "state.json")))["accounting"]
+        assert dbd
+        conf = open(os.path.join(lab.path, "lab", "etc", "slurm", "slurm.conf")).read()
+        dbd_port = int(re.search(r"^AccountingStoragePort=(\d+)$", conf, re.M).group(1))
         for node in state["nodes"]:
             pid = int(open(os.path.join(lab.path, "lab", "nodes", node["name"], "pid")).read())
             socks = _listening(pid)
+            assert _interfaces(pid) == {"lo", "eth0"}, node["name"]
+            if node["role"] == "controller":
+                assert {("0.0.0.0", dbd_port), ("127.0.0.1", 3306)} <= socks, socks
+                socks -= {("0.0.0.0", dbd_port), ("127.0.0.1", 3306)}
             seen[node["name"]] = socks
             assert socks, f"{node['name']} listens on nothing"
             for addr, port in socks:
@@ -463,6 +522,14 @@ def test_a_debian_12_lab_still_deploys_and_runs_jax_smoke(state, tmp_path_factor
         assert all(f["process_count"] == "2" and f["reduced"] == "2" for f in fields)
         r = lab.ctk("exec", lab.path, "lab12-login-0", "--", "/opt/ctk/jax/bin/python", "-c", "import jax; print(jax.__version__)")
         assert r.stdout.strip() == load_stacks()["jax-cpu-0.10"].jax, (r.stdout, r.stderr)
+        # Accounting with Slurm 22.05 and Debian 12's MariaDB: this lab keeps a finished job
+        # 2 s (MinJobAge); once slurmctld has forgotten it, sacct still has its end.
+        job = lab.slurm("sbatch", "--parsable", "-N1", "-o", "/dev/null", "--wrap", "exit 5").stdout.strip()
+        deadline = time.monotonic() + 180
+        while lab.slurm("squeue", "-h", "--states=all", "-j", job, "-o", "%i", check=False).stdout.strip():
+            assert time.monotonic() < deadline, "slurmctld still lists the job"
+            time.sleep(2)
+        assert _sacct(lab, job) == "FAILED|5:0"
     finally:
         lab.ctk("destroy", lab.path)
 
@@ -480,6 +547,10 @@ def test_auth_slurm_lab_runs_a_two_node_job_with_no_munge(state, tmp_path_factor
         assert not os.path.exists(os.path.join(lab.path, "lab", "secrets", "munge.key"))
         out = lab.slurm("srun", "-N2", "hostname").stdout.split()
         assert sorted(out) == sorted(lab.slurm("sinfo", "-h", "-N", "-o", "%N").stdout.split())
+        # slurmdbd authenticates with the same key: accounting has the job
+        job = lab.slurm("sbatch", "--parsable", "-N1", "-o", "/dev/null", "--wrap", "true").stdout.strip()
+        _wait_done(lab, job)
+        assert _sacct(lab, job) == "COMPLETED|0:0"
         version = lab.slurm("sinfo", "-V").stdout
         assert version.startswith("slurm-wlm 24.11") or version.startswith("slurm 24.11"), version
         names = []

@@ -135,6 +135,8 @@ class Controller:
     # Slurm's own authentication (AuthType=auth/slurm, CredType=cred/slurm, a shared
     # slurm.key) instead of munge: Cluster Toolkit's enable_slurm_auth.
     slurm_auth: bool = False
+    # Slurm's accounting: slurmdbd and its database on the controller (slurm-gcp's default).
+    accounting: bool = True
 
 
 @dataclass

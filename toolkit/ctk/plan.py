@@ -127,7 +127,8 @@ def plan(exp: Expanded, c: Collector, stacks: dict[str, Stack] | None = None) ->
                 continue
             dep.controller = Controller(em.id, _str(em.get("machine_type"), "c2-standard-4"),
                                         f"{cluster}-controller", _image_of(em, images),
-                                        _dict(em.get("slurm_conf")), em.get("enable_slurm_auth") is True)
+                                        _dict(em.get("slurm_conf")), em.get("enable_slurm_auth") is True,
+                                        em.get("accounting") is not False)
             if dep.controller.slurm_auth:
                 auth_em = em
     _stacks(exp, dep, c, load_stacks() if stacks is None else stacks)

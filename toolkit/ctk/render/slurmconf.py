@@ -34,6 +34,7 @@ __all__ = [
     "render_slurm_conf",
     "render_gres_conf",
     "render_cgroup_conf",
+    "render_slurmdbd_conf",
     "partition_nodes",
 ]
 
@@ -407,6 +408,35 @@ def _accounting(layout: NodeLayout | None) -> Params:
     if layout.munge_socket:  # for slurmdbd, the "password" names munged's socket
         out.append(("AccountingStoragePass", layout.munge_socket))
     return out
+
+
+@dataclass
+class DbdLayout:
+    """Where a cluster's slurmdbd listens and where its MariaDB is (the lab's controller)."""
+
+    dbd_host: str  # the host name slurmctld and the clients reach slurmdbd at
+    dbd_port: int
+    storage_host: str
+    storage_port: int
+    storage_user: str
+    storage_pass: str  # a secret: the file is 0600 and never printed
+    log_file: str
+    pid_file: str
+    auth_info: str | None = None  # AuthInfo (munged's socket), where it is not the default
+
+
+def render_slurmdbd_conf(dep: Deployment, dbd: DbdLayout) -> str:
+    """slurmdbd.conf text (it holds the database password: write it 0600)."""
+    slurm_auth = dep.controller is not None and dep.controller.slurm_auth
+    params: Params = [("AuthType", "auth/slurm" if slurm_auth else "auth/munge")]
+    if dbd.auth_info and not slurm_auth:
+        params.append(("AuthInfo", dbd.auth_info))
+    params += [("DbdHost", dbd.dbd_host), ("DbdPort", str(dbd.dbd_port)), ("SlurmUser", "root"),
+               ("StorageType", "accounting_storage/mysql"), ("StorageHost", dbd.storage_host),
+               ("StoragePort", str(dbd.storage_port)), ("StorageUser", dbd.storage_user),
+               ("StoragePass", dbd.storage_pass), ("StorageLoc", "slurm_acct_db"),
+               ("LogFile", dbd.log_file), ("PidFile", dbd.pid_file)]
+    return _header(dep) + "\n" + "\n".join(f"{k}={v}" for k, v in params) + "\n"
 
 
 def _node_lines(live: list[Nodeset], layout: NodeLayout | None) -> list[str]:

@@ -25,6 +25,9 @@ class Service:
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
     user: str = ""  # run as this user of the image (default: root)
+    # A path in the node (a socket) the service makes once it serves: the services after it
+    # start only then (munged's socket before slurmctld, which fails without it).
+    ready: str = ""
 
 
 @dataclass

@@ -99,6 +99,20 @@ def start(root: str, svc: dict, logdir: str) -> subprocess.Popen:
                             stdin=subprocess.DEVNULL, env=env)
 
 
+READY_TIMEOUT = 30.0
+
+
+def wait_ready(root: str, svc: dict, proc: subprocess.Popen) -> None:
+    """Until the service has made its ready path (or has exited, or READY_TIMEOUT passed)."""
+    path = os.path.join(root, svc["ready"].lstrip("/"))
+    deadline = time.monotonic() + READY_TIMEOUT
+    while not os.path.exists(path) and proc.poll() is None:
+        if time.monotonic() > deadline:
+            _log(f"{svc['name']}: no {svc['ready']} after {READY_TIMEOUT:.0f} s; starting the rest")
+            return
+        time.sleep(0.02)
+
+
 def _write_status(spec: dict, status: dict) -> None:
     """Which services are alive, for `ctk status` and for re-deploy to notice a dead daemon."""
     path = os.path.join(os.path.dirname(spec["ready_file"]), "services.json")
@@ -127,9 +141,11 @@ def main(path: str) -> int:
     status: dict[str, dict] = {}
     for svc in spec.get("services", []):
         try:
-            pid = start(root, svc, spec["logdir"]).pid
-            procs[pid] = svc
+            proc = start(root, svc, spec["logdir"])
+            procs[proc.pid] = svc
             status[svc["name"]] = {"running": True}
+            if svc.get("ready"):
+                wait_ready(root, svc, proc)
         except OSError as e:
             _log(f"cannot start {svc['name']}: {e}")
             status[svc["name"]] = {"running": False, "error": str(e)}

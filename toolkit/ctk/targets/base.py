@@ -70,11 +70,14 @@ class Status:
     slurm_client: str | None = None
     # A deploy that did not finish (killed part-way): the nodes it left running are listed.
     interrupted: bool = False
+    # Slurm's accounting: "up" (slurmdbd answers and holds the cluster: sacct works), "down",
+    # or None where the deployment keeps none.
+    accounting: str | None = None
 
     @property
     def healthy(self) -> bool:
         return (not self.interrupted and self.controller_reachable and bool(self.nodes)
-                and all(x.running for x in self.nodes))
+                and all(x.running for x in self.nodes) and self.accounting != "down")
 
     def to_dict(self) -> dict:
         def clean(d: dict) -> dict:
@@ -86,6 +89,8 @@ class Status:
 
     def render(self) -> str:
         head = f"deployment {self.deployment}: slurmctld " + ("reachable" if self.controller_reachable else "NOT reachable")
+        if self.accounting:
+            head += "; accounting (slurmdbd) " + ("up: sacct works" if self.accounting == "up" else "DOWN")
         lines = [head]
         if self.interrupted:
             lines.append(f"a deploy did not complete: {sum(x.running for x in self.nodes)} node(s) left running "

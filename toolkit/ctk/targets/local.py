@@ -15,6 +15,9 @@ cluster. The runtime state lives in the deployment folder:
     lab/home/, lab/root/   /home and /root on every node
     lab/slurmctld/         slurmctld's saved state (jobs survive a controller restart) and
                            jobcomp.log, one line per finished job
+    lab/slurmdbd/          the accounting database (MariaDB's data folder on the controller,
+                           where slurmdbd keeps every job for sacct); secrets/ holds its
+                           password and slurmdbd.conf, which only the controller sees
     lab/nodes/NAME/        each node's upper dir, logs and pid
 """
 
@@ -56,6 +59,13 @@ MUNGE_KEY_IN_NODE = "ctk/munge.key"  # under /run (tmpfs)
 SLURM_KEY_IN_NODE = "ctk/slurm.key"  # auth/slurm's key, under /run (tmpfs)
 SLURMD_TIMEOUT = 15  # a lab node that stops answering is DOWN (and its jobs requeued) within ~20 s
 JOBCOMP_IN_NODE = "/var/spool/slurmctld/jobcomp.log"
+# Accounting on the controller: MariaDB on its loopback (nothing outside the node reaches it),
+# slurmdbd on a port of the lab's lease. slurmdbd reads slurmdbd.conf from its SLURM_CONF's
+# folder, here one on the controller's tmpfs, so no other node sees the database password.
+DB_DIR_IN_NODE = "/var/lib/mysql"
+DB_PORT = 3306
+DBD_DIR_IN_NODE = "ctk/dbd"  # under /run
+DBD_PORT_SLOT = leases.PORTS_PER_LEASE - 2  # the nodes use the slots below it
 
 
 @dataclass
@@ -170,11 +180,20 @@ def plan_lab(dep: Deployment, n: int, max_nodes: int = DEFAULT_MAX_NODES) -> Lab
     return LabPlan(n, scaled, nodes_, images, notes)
 
 
+def accounting(plan: LabPlan) -> bool:
+    """Whether the lab keeps Slurm's accounting: the blueprint asks for it (the default) and
+    the controller's image has the slurm role, which installs slurmdbd and MariaDB."""
+    images = {img.name: img for img in plan.images}
+    return (plan.dep.controller is not None and plan.dep.controller.accounting
+            and "slurm" in images[plan.controller.image].roles)
+
+
 def layout(plan: LabPlan) -> NodeLayout:
     from ..render.slurmconf import NodeLayout
 
     computes = [x for x in plan.nodes if x.role == "compute"]
     images = {img.name: img for img in plan.images}
+    acct = accounting(plan)
     return NodeLayout(
         controller_addr=plan.controller.addr, controller_port=plan.controller.port,
         node_addr={x.name: x.addr for x in computes}, node_port={x.name: x.port for x in computes},
@@ -183,6 +202,8 @@ def layout(plan: LabPlan) -> NodeLayout:
         slurmd_port=leases.port(plan.n, leases.PORTS_PER_LEASE - 1),
         gpu_dev_dir=GPU_DIR_IN_NODE, job_comp_loc=JOBCOMP_IN_NODE, slurmd_timeout=SLURMD_TIMEOUT,
         bind_own_address=True,  # every daemon, and srun, binds its node's address
+        slurmdbd_addr=plan.controller.name if acct else None,
+        slurmdbd_port=leases.port(plan.n, DBD_PORT_SLOT) if acct else None,
         task_prolog=JAX_TASK_PROLOG if all(images[x.image].python for x in computes) else None)
 
 
@@ -199,6 +220,60 @@ def lab_files(plan: LabPlan, ldir: str) -> dict[str, str]:
         files["etc/slurm/gres.conf"] = render_gres_conf(plan.dep, layout=lay)
     files["ssh_config"] = ssh_config(plan, ldir)
     return files
+
+
+def slurmdbd_conf(plan: LabPlan, ldir: str) -> str:
+    """slurmdbd.conf of the lab's controller (it holds the database password)."""
+    from ..render.slurmconf import DbdLayout, render_slurmdbd_conf
+
+    with open(os.path.join(ldir, "secrets", "mariadb.password")) as f:
+        password = f.read().strip()
+    return render_slurmdbd_conf(plan.dep, DbdLayout(
+        dbd_host=plan.controller.name, dbd_port=leases.port(plan.n, DBD_PORT_SLOT),
+        storage_host="127.0.0.1", storage_port=DB_PORT, storage_user="slurm", storage_pass=password,
+        log_file="/var/log/slurm/slurmdbd.log", pid_file="/run/slurmdbd.pid"))
+
+
+# The controller's database: made on its first boot in lab/slurmdbd, then served on the
+# node's loopback only, with the InnoDB settings Slurm recommends (slurmdbd warns without).
+MARIADB_SCRIPT = f"""set -e
+D={DB_DIR_IN_NODE}
+if [ ! -d "$D/mysql" ]; then
+  mariadb-install-db --user=root --datadir="$D" --auth-root-authentication-method=socket --skip-test-db >/dev/null
+fi
+exec mariadbd --user=root --datadir="$D" --socket=/run/mysqld/mysqld.sock --bind-address=127.0.0.1 \
+  --port={DB_PORT} --skip-log-bin --innodb-buffer-pool-size=128M --innodb-lock-wait-timeout=900
+"""
+# slurmdbd once the database answers: its user gets the password slurmdbd.conf holds (read
+# here, passed to the client on stdin, never on a command line). The database is made here
+# too: slurmdbd 24.11 with Debian 13's libmariadb 3.4 fails its first query ("Number of
+# columns in result (=1) set exceeds maximum allowed number of columns (=0)") when it has to
+# create slurm_acct_db itself, and not when the database already exists.
+SLURMDBD_SCRIPT = f"""set -e
+conf=/run/{DBD_DIR_IN_NODE}/slurmdbd.conf
+i=0
+until mariadb -uroot --socket=/run/mysqld/mysqld.sock -e 'SELECT 1' >/dev/null 2>&1; do
+  i=$((i + 1)); [ $i -lt 600 ] || {{ echo "the database did not start" >&2; exit 1; }}; sleep 0.1
+done
+pw=$(sed -n 's/^StoragePass=//p' "$conf")
+mariadb -uroot --socket=/run/mysqld/mysqld.sock <<SQL
+CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY '$pw';
+ALTER USER 'slurm'@'127.0.0.1' IDENTIFIED BY '$pw';
+GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';
+CREATE DATABASE IF NOT EXISTS slurm_acct_db;
+SQL
+exec slurmdbd -D
+"""
+
+
+# slurmctld 24.11 refuses to start before slurmdbd answers when it does not know its cluster's
+# id yet (a new lab): it waits for slurmdbd's port first (two minutes at most).
+SLURMCTLD_AFTER_DBD = """i=0
+until python3 -c 'import socket, sys; socket.create_connection((sys.argv[1], int(sys.argv[2])), 1).close()' "$1" "$2" 2>/dev/null; do
+  i=$((i + 1)); [ $i -lt 600 ] || break; sleep 0.2
+done
+exec /usr/sbin/slurmctld -D -i
+"""
 
 
 def ssh_key(ldir: str) -> str:
@@ -246,11 +321,24 @@ def node_spec(plan: LabPlan, x: LabNode, ldir: str, lowerdirs: list[str]) -> nod
     else:
         env = {}
         services = [nodes.Service("munged", ["/usr/sbin/munged", "--foreground",
-                                             f"--key-file=/run/{MUNGE_KEY_IN_NODE}"], user="munge")]
+                                             f"--key-file=/run/{MUNGE_KEY_IN_NODE}"], user="munge",
+                                  ready="/run/munge/munge.socket.2")]
         run_files = {MUNGE_KEY_IN_NODE: {"src": os.path.join(ldir, "secrets", "munge.key"), "mode": "0400",
                                          "owner": "munge"}}
         run_dirs = [{"path": "munge", "mode": "0755", "owner": "munge"}]
-    if x.role == "controller":
+    acct = x.role == "controller" and accounting(plan)
+    if acct:  # the database and slurmdbd before slurmctld, which queues its records until it answers
+        services.append(nodes.Service("mariadbd", ["/bin/sh", "-c", MARIADB_SCRIPT]))
+        services.append(nodes.Service("slurmdbd", ["/bin/sh", "-c", SLURMDBD_SCRIPT],
+                                      env={**env, "SLURM_CONF": f"/run/{DBD_DIR_IN_NODE}/slurm.conf"}))
+        run_files[f"{DBD_DIR_IN_NODE}/slurmdbd.conf"] = {
+            "src": os.path.join(ldir, "secrets", "slurmdbd.conf"), "mode": "0600", "owner": "root"}
+        run_dirs += [{"path": DBD_DIR_IN_NODE, "mode": "0700", "owner": "root"},
+                     {"path": "mysqld", "mode": "0755", "owner": "root"}]
+    if acct:
+        services.append(nodes.Service("slurmctld", ["/bin/sh", "-c", SLURMCTLD_AFTER_DBD, "slurmctld", x.addr,
+                                                    str(leases.port(plan.n, DBD_PORT_SLOT))], env=env))
+    elif x.role == "controller":
         services.append(nodes.Service("slurmctld", ["/usr/sbin/slurmctld", "-D", "-i"], env=env))
     elif x.role == "compute":
         services.append(nodes.Service("slurmd", ["/usr/sbin/slurmd", "-D", "-N", x.name], env=env))
@@ -270,6 +358,8 @@ def node_spec(plan: LabPlan, x: LabNode, ldir: str, lowerdirs: list[str]) -> nod
              {"src": os.path.join(ldir, "gpus"), "dest": GPU_DIR_IN_NODE, "ro": True}]
     if x.role == "controller":
         binds.append({"src": os.path.join(ldir, "slurmctld"), "dest": "/var/spool/slurmctld"})
+    if acct:
+        binds.append({"src": os.path.join(ldir, "slurmdbd"), "dest": DB_DIR_IN_NODE})
     return nodes.NodeSpec(
         hostname=x.name, state_dir=os.path.join(ldir, "nodes", x.name), lowerdirs=lowerdirs,
         services=services, binds=binds, run_files=run_files, run_dirs=run_dirs,
@@ -296,10 +386,18 @@ def _save_state(deployment_dir: str, state: dict) -> None:
     atomic.write_file(os.path.join(lab_dir(deployment_dir), "state.json"), json.dumps(state, indent=1) + "\n")
 
 
-def _keys(ldir: str, slurm_auth: bool) -> None:
+def _keys(ldir: str, slurm_auth: bool, acct: bool) -> None:
     """The cluster's secret: munge.key, or auth/slurm's slurm.key (1024 random bytes, 0400 in
-    secrets/, 0700; never in an image, never printed)."""
+    secrets/, 0700; never in an image, never printed); and with accounting the database
+    password (0400), made once."""
     ensure_munge_key(os.path.join(ldir, "secrets", "slurm.key" if slurm_auth else "munge.key"))
+    pw = os.path.join(ldir, "secrets", "mariadb.password")
+    if acct and not os.path.exists(pw):
+        import secrets
+
+        fd = os.open(pw, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(24) + "\n")
 
 
 def jobcomp_log(deployment_dir: str) -> str:
@@ -411,15 +509,45 @@ def write_wrappers(deployment_dir: str, client: str) -> str:
     return bindir
 
 
+def _ask(deployment_dir: str, *argv: str, timeout: float = 15) -> str | None:
+    """The output of one of the lab's Slurm commands, or None if it fails or does not answer."""
+    try:
+        r = slurm(deployment_dir, *argv, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        return None
+    return r.stdout if r.returncode == 0 else None
+
+
 def node_states(deployment_dir: str) -> dict[str, str]:
     """Slurm's state of every node (idle, alloc, down*, ...), or {} if slurmctld is unreachable."""
-    r = slurm(deployment_dir, "sinfo", "-h", "-N", "-o", "%N %T", timeout=15, check=False)
-    return parse_node_states(r.stdout) if r.returncode == 0 else {}
+    out = _ask(deployment_dir, "sinfo", "-h", "-N", "-o", "%N %T")
+    return parse_node_states(out) if out is not None else {}
 
 
 def _wait_ready(deployment_dir: str, plan: LabPlan, timeout: float, progress: Progress) -> None:
     wait_ready(lambda: node_states(deployment_dir), [x.name for x in plan.nodes if x.role == "compute"],
                timeout, progress, 0.3, lambda states: DaemonError(f"nodes did not become idle in time: {states}"))
+
+
+def cluster_registered(deployment_dir: str, cluster: str) -> bool | None:
+    """Whether slurmdbd answers and knows CLUSTER (None: it does not answer)."""
+    out = _ask(deployment_dir, "sacctmgr", "-n", "-P", "show", "cluster", "format=cluster")
+    return None if out is None else cluster in out.split()
+
+
+def _wait_accounting(deployment_dir: str, plan: LabPlan, timeout: float, progress: Progress) -> None:
+    """Until slurmdbd answers and holds the cluster, which slurmctld registers when it first
+    reaches slurmdbd."""
+    from ..waiting import TimedOut, poll
+
+    progress.task("wait for accounting (slurmdbd)")
+    name = plan.dep.slurm_cluster_name
+    try:
+        poll(lambda: cluster_registered(deployment_dir, name), timeout, 0.5)
+    except TimedOut:
+        log = os.path.join(lab_dir(deployment_dir), "nodes", plan.controller.name, "log", "slurmdbd.log")
+        raise DaemonError(f"slurmdbd on {plan.controller.name} did not register cluster {name} in time",
+                          hint=f"see {log}") from None
 
 
 @dataclass
@@ -464,7 +592,7 @@ def deploy_local(dep: Deployment, deployment_dir: str, *, max_nodes: int = DEFAU
     old = load_state(deployment_dir) or {}
     started_now: list[str] = []
     try:
-        for d in ("home", "root", "slurmctld", "gpus", "nodes"):
+        for d in ("home", "root", "slurmctld", "slurmdbd", "gpus", "nodes"):
             os.makedirs(os.path.join(ldir, d), exist_ok=True)
         os.chmod(os.path.join(ldir, "home"), 0o755)
         os.chmod(os.path.join(ldir, "root"), 0o700)
@@ -474,7 +602,10 @@ def deploy_local(dep: Deployment, deployment_dir: str, *, max_nodes: int = DEFAU
             link = os.path.join(ldir, "gpus", f"nvidia{i}")
             if not os.path.islink(link):
                 os.symlink("/dev/null", link)
-        _keys(ldir, plan.dep.controller is not None and plan.dep.controller.slurm_auth)
+        acct = accounting(plan)
+        _keys(ldir, plan.dep.controller is not None and plan.dep.controller.slurm_auth, acct)
+        if acct:
+            atomic.write_if_changed(os.path.join(ldir, "secrets", "slurmdbd.conf"), slurmdbd_conf(plan, ldir), 0o600)
         files = lab_files(plan, ldir)
         changed = [rel for rel, text in files.items() if atomic.write_if_changed(os.path.join(ldir, rel), text)]
         for rel in ("etc/slurm/gres.conf",):
@@ -530,8 +661,11 @@ def deploy_local(dep: Deployment, deployment_dir: str, *, max_nodes: int = DEFAU
             slurm(deployment_dir, "scontrol", "reconfigure")
             reconfigured = True
         _save_state(deployment_dir, {"n": n, "deployment": dep.deployment_name, "nodes": records,
-                                     "notes": plan.notes, "max_nodes": max_nodes, "complete": True})
+                                     "notes": plan.notes, "max_nodes": max_nodes, "complete": True,
+                                     "accounting": acct, "cluster": dep.slurm_cluster_name})
         _wait_ready(deployment_dir, plan, ready_timeout, progress)
+        if acct:
+            _wait_accounting(deployment_dir, plan, ready_timeout, progress)
     except BaseException:
         # Stop what this run started; what was already running before stays as it was.
         for sd in started_now:
@@ -636,11 +770,14 @@ def status_local(deployment_dir: str) -> Status:
         out_nodes.append(NodeStatus(x["name"], x["role"], x["addr"], running and not dead, dead,
                                     slurm_states.get(x["name"]) if x["role"] == "compute" else None,
                                     image=x["image"], ssh=ssh))
-    r = slurm(deployment_dir, *SINFO_PARTITIONS, timeout=15, check=False)
+    parts = _ask(deployment_dir, *SINFO_PARTITIONS)
+    acct = None
+    if state.get("accounting"):
+        acct = "up" if cluster_registered(deployment_dir, state["cluster"]) else "down"
     return Status(deployment=state["deployment"], target="local", controller_reachable=bool(slurm_states),
-                  nodes=out_nodes, partitions=parse_partitions(r.stdout) if r.returncode == 0 else [],
+                  nodes=out_nodes, partitions=parse_partitions(parts) if parts is not None else [],
                   notes=state.get("notes", []), slurm_client=client_node(state["nodes"]),
-                  interrupted=not state.get("complete", True))
+                  interrupted=not state.get("complete", True), accounting=acct)
 
 
 def exec_local(deployment_dir: str, node: str, argv: list[str]) -> int:
@@ -709,10 +846,14 @@ class LabCluster(HereCluster):
         return os.path.join(self.dir, "lab", "home", os.path.relpath(p, NODE_HOME))
 
     def forgotten(self, ids: Sequence[str]) -> dict[str, tuple[str, int | None]]:
-        """The lab has no accounting database; slurmctld writes one line per finished job to
+        """From accounting (one sacct call) where the lab keeps it; for the rest (a lab without
+        accounting, or slurmdbd down), from the line slurmctld writes for every finished job to
         its job completion log (jobcomp/filetxt), kept in the deployment folder."""
-        want = set(ids)
-        out: dict[str, tuple[str, int | None]] = {}
+        state = load_state(self.dir) or {}
+        out: dict[str, tuple[str, int | None]] = self._sacct(ids) if state.get("accounting") else {}
+        want = set(ids) - set(out)
+        if not want:
+            return out
         try:
             with open(jobcomp_log(self.dir), encoding="utf-8", errors="replace") as f:
                 for line in f:  # a requeued job has a line per run: the last one wins

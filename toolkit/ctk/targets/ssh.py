@@ -133,6 +133,8 @@ def _connection_vars(sdir: str) -> dict:
             "-o", shlex.quote(f"UserKnownHostsFile={known_hosts}"), "-o", "StrictHostKeyChecking=accept-new",
             "-o", "BatchMode=yes", "-o", "ConnectTimeout=20"]),
         "ctk_manage_services": True,
+        # The ssh target runs no slurmdbd yet, so its controller gets no database server.
+        "slurm_accounting": False,
     }
 
 
