@@ -9,6 +9,8 @@ import secrets
 import subprocess
 from pathlib import Path
 
+from ctk.model import Deployment
+from ctk.render.slurmconf import DbdLayout, render_slurmdbd_conf
 from ctk.sandbox.daemons import DaemonError, Proc, _conf_value, _spawn, _which, wait_for
 
 
@@ -47,18 +49,16 @@ def start_mariadb(directory: str | os.PathLike, port: int, *, timeout: float = 6
     return proc, password
 
 
-def write_slurmdbd_conf(path: str | os.PathLike, *, addr: str, port: int, db_port: int, db_password: str,
+def write_slurmdbd_conf(path: str | os.PathLike, dep: Deployment, *, port: int, db_port: int, db_password: str,
                         munge_socket: str, log_dir: str | os.PathLike) -> Path:
-    """slurmdbd.conf (0600: it holds the database password) for a slurmdbd on ADDR:PORT that
-    stores into the MariaDB on 127.0.0.1:DB_PORT. slurmdbd reads it from SLURM_CONF's folder."""
+    """slurmdbd.conf (0600: it holds the database password), as ctk renders it, for a slurmdbd
+    on this machine's PORT that stores into the MariaDB on 127.0.0.1:DB_PORT. slurmdbd reads it
+    from SLURM_CONF's folder."""
     p = Path(path)
-    text = "\n".join([
-        "# slurmdbd for a cluster on this machine (written by ctk)",
-        "AuthType=auth/munge", f"AuthInfo=socket={munge_socket}",
-        f"DbdAddr={addr}", "DbdHost=localhost", f"DbdPort={port}", "SlurmUser=root",
-        "StorageType=accounting_storage/mysql", "StorageHost=127.0.0.1", f"StoragePort={db_port}",
-        "StorageUser=slurm", f"StoragePass={db_password}", "StorageLoc=slurm_acct_db",
-        f"LogFile={Path(log_dir) / 'slurmdbd.log'}", f"PidFile={Path(log_dir) / 'slurmdbd.pid'}", ""])
+    text = render_slurmdbd_conf(dep, DbdLayout(
+        dbd_host="localhost", dbd_port=port, storage_host="127.0.0.1", storage_port=db_port,
+        storage_user="slurm", storage_pass=db_password, log_file=str(Path(log_dir) / "slurmdbd.log"),
+        pid_file=str(Path(log_dir) / "slurmdbd.pid"), auth_info=f"socket={munge_socket}"))
     fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(text)

@@ -59,7 +59,7 @@ def acct(tmp_path_factory):
         db, password = start_mariadb(root / "mysql", free_tcp_port())
         started.append(db)
         db_port = int(next(a.split("=", 1)[1] for a in db.popen.args if a.startswith("--port=")))
-        write_slurmdbd_conf(root / "etc" / "slurmdbd.conf", addr="127.0.0.1", port=dbd_port, db_port=db_port,
+        write_slurmdbd_conf(root / "etc" / "slurmdbd.conf", dep, port=dbd_port, db_port=db_port,
                             db_password=password, munge_socket=munge_sock, log_dir=root / "log")
         started.append(start_slurmdbd(root / "etc", CLUSTER))
         ctld = start_slurmctld(conf, clean=True)

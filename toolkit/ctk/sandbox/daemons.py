@@ -166,17 +166,22 @@ def _spawn(name: str, argv: list[str], out_path: Path, env: Mapping[str, str] | 
         out.close()
 
 
-def ensure_munge_key(path: str) -> str:
-    """A munge key at `path` (1024 random bytes, 0400, its folder 0700), made once; never read
-    back or printed by ctk."""
+def ensure_secret(path: str, make) -> str:
+    """A secret file at `path` (0400, its folder 0700) holding the bytes MAKE() returns, made
+    once; never printed by ctk."""
     folder = os.path.dirname(path)
     os.makedirs(folder, mode=0o700, exist_ok=True)
     os.chmod(folder, 0o700)
     if not os.path.exists(path):
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
         with os.fdopen(fd, "wb") as f:
-            f.write(os.urandom(1024))
+            f.write(make())
     return path
+
+
+def ensure_munge_key(path: str) -> str:
+    """A munge key at `path` (1024 random bytes; see ensure_secret); never read back by ctk."""
+    return ensure_secret(path, lambda: os.urandom(1024))
 
 
 def start_munged(

@@ -25,9 +25,11 @@ class Service:
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
     user: str = ""  # run as this user of the image (default: root)
-    # A path in the node (a socket) the service makes once it serves: the services after it
-    # start only then (munged's socket before slurmctld, which fails without it).
+    # What shows the service serves: a path in the node (a socket it makes) or "tcp:ADDR:PORT"
+    # (a port it listens on, in the node's network). The services after it start only then,
+    # or after READY_TIMEOUT seconds (munged's socket before slurmctld, which fails without it).
     ready: str = ""
+    ready_timeout: float = 30.0
 
 
 @dataclass
@@ -79,7 +81,9 @@ def dead_services(state_dir: str) -> list[str]:
 
 
 def boot(spec: NodeSpec, timeout: float = 30.0) -> int:
-    """Start the node in the background and wait until its services have been launched."""
+    """Start the node in the background and wait until its services have been launched (each
+    one that names a ready check once it passed, or its ready_timeout)."""
+    timeout += sum(s.ready_timeout for s in spec.services if s.ready)
     if node_pid(spec.state_dir):
         raise DaemonError(f"node {spec.hostname} is already running")
     for d in (spec.state_dir, spec.logdir):

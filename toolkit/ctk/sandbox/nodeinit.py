@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -99,18 +100,28 @@ def start(root: str, svc: dict, logdir: str) -> subprocess.Popen:
                             stdin=subprocess.DEVNULL, env=env)
 
 
-READY_TIMEOUT = 30.0
+def _serves(root: str, ready: str) -> bool:
+    """Whether a service's ready check passes: its path exists in the node, or its tcp:ADDR:PORT
+    takes a connection (this process is in the node's network namespace)."""
+    if ready.startswith("tcp:"):
+        addr, port = ready[4:].rsplit(":", 1)
+        try:
+            socket.create_connection((addr, int(port)), timeout=1).close()
+            return True
+        except OSError:
+            return False
+    return os.path.exists(os.path.join(root, ready.lstrip("/")))
 
 
 def wait_ready(root: str, svc: dict, proc: subprocess.Popen) -> None:
-    """Until the service has made its ready path (or has exited, or READY_TIMEOUT passed)."""
-    path = os.path.join(root, svc["ready"].lstrip("/"))
-    deadline = time.monotonic() + READY_TIMEOUT
-    while not os.path.exists(path) and proc.poll() is None:
+    """Until the service passes its ready check (or has exited, or its ready_timeout passed)."""
+    timeout = float(svc.get("ready_timeout", 30))
+    deadline = time.monotonic() + timeout
+    while not _serves(root, svc["ready"]) and proc.poll() is None:
         if time.monotonic() > deadline:
-            _log(f"{svc['name']}: no {svc['ready']} after {READY_TIMEOUT:.0f} s; starting the rest")
+            _log(f"{svc['name']}: no {svc['ready']} after {timeout:.0f} s; starting the rest")
             return
-        time.sleep(0.02)
+        time.sleep(0.05)
 
 
 def _write_status(spec: dict, status: dict) -> None:

@@ -41,7 +41,7 @@ from ..progress import Progress
 from ..render.hostlist import compress
 from ..sandbox import netns
 from ..sandbox import node as nodes
-from ..sandbox.daemons import DaemonError, ensure_munge_key, stop_munged
+from ..sandbox.daemons import DaemonError, ensure_munge_key, ensure_secret, stop_munged
 from ..sandbox.proc import terminate
 from . import leases
 from .base import (SINFO_PARTITIONS, DeployOutcome, NodeStatus, Status, Target, parse_node_states,
@@ -244,17 +244,15 @@ fi
 exec mariadbd --user=root --datadir="$D" --socket=/run/mysqld/mysqld.sock --bind-address=127.0.0.1 \
   --port={DB_PORT} --skip-log-bin --innodb-buffer-pool-size=128M --innodb-lock-wait-timeout=900
 """
-# slurmdbd once the database answers: its user gets the password slurmdbd.conf holds (read
-# here, passed to the client on stdin, never on a command line). The database is made here
+# slurmdbd, started once the database's socket is there: its user gets the password
+# slurmdbd.conf holds (read here, passed to the client on stdin, never on a command line).
+# slurmctld starts once slurmdbd's port answers: 24.11 refuses to start before slurmdbd
+# answers while it does not know its cluster's id (a new lab). The database is made here
 # too: slurmdbd 24.11 with Debian 13's libmariadb 3.4 fails its first query ("Number of
 # columns in result (=1) set exceeds maximum allowed number of columns (=0)") when it has to
 # create slurm_acct_db itself, and not when the database already exists.
 SLURMDBD_SCRIPT = f"""set -e
 conf=/run/{DBD_DIR_IN_NODE}/slurmdbd.conf
-i=0
-until mariadb -uroot --socket=/run/mysqld/mysqld.sock -e 'SELECT 1' >/dev/null 2>&1; do
-  i=$((i + 1)); [ $i -lt 600 ] || {{ echo "the database did not start" >&2; exit 1; }}; sleep 0.1
-done
 pw=$(sed -n 's/^StoragePass=//p' "$conf")
 mariadb -uroot --socket=/run/mysqld/mysqld.sock <<SQL
 CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY '$pw';
@@ -263,16 +261,6 @@ GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';
 CREATE DATABASE IF NOT EXISTS slurm_acct_db;
 SQL
 exec slurmdbd -D
-"""
-
-
-# slurmctld 24.11 refuses to start before slurmdbd answers when it does not know its cluster's
-# id yet (a new lab): it waits for slurmdbd's port first (two minutes at most).
-SLURMCTLD_AFTER_DBD = """i=0
-until python3 -c 'import socket, sys; socket.create_connection((sys.argv[1], int(sys.argv[2])), 1).close()' "$1" "$2" 2>/dev/null; do
-  i=$((i + 1)); [ $i -lt 600 ] || break; sleep 0.2
-done
-exec /usr/sbin/slurmctld -D -i
 """
 
 
@@ -327,18 +315,17 @@ def node_spec(plan: LabPlan, x: LabNode, ldir: str, lowerdirs: list[str]) -> nod
                                          "owner": "munge"}}
         run_dirs = [{"path": "munge", "mode": "0755", "owner": "munge"}]
     acct = x.role == "controller" and accounting(plan)
-    if acct:  # the database and slurmdbd before slurmctld, which queues its records until it answers
-        services.append(nodes.Service("mariadbd", ["/bin/sh", "-c", MARIADB_SCRIPT]))
+    if acct:  # the database, then slurmdbd, then slurmctld (a first boot makes the database)
+        services.append(nodes.Service("mariadbd", ["/bin/sh", "-c", MARIADB_SCRIPT],
+                                      ready="/run/mysqld/mysqld.sock", ready_timeout=120))
         services.append(nodes.Service("slurmdbd", ["/bin/sh", "-c", SLURMDBD_SCRIPT],
-                                      env={**env, "SLURM_CONF": f"/run/{DBD_DIR_IN_NODE}/slurm.conf"}))
+                                      env={**env, "SLURM_CONF": f"/run/{DBD_DIR_IN_NODE}/slurm.conf"},
+                                      ready=f"tcp:{x.addr}:{leases.port(plan.n, DBD_PORT_SLOT)}", ready_timeout=120))
         run_files[f"{DBD_DIR_IN_NODE}/slurmdbd.conf"] = {
             "src": os.path.join(ldir, "secrets", "slurmdbd.conf"), "mode": "0600", "owner": "root"}
         run_dirs += [{"path": DBD_DIR_IN_NODE, "mode": "0700", "owner": "root"},
                      {"path": "mysqld", "mode": "0755", "owner": "root"}]
-    if acct:
-        services.append(nodes.Service("slurmctld", ["/bin/sh", "-c", SLURMCTLD_AFTER_DBD, "slurmctld", x.addr,
-                                                    str(leases.port(plan.n, DBD_PORT_SLOT))], env=env))
-    elif x.role == "controller":
+    if x.role == "controller":
         services.append(nodes.Service("slurmctld", ["/usr/sbin/slurmctld", "-D", "-i"], env=env))
     elif x.role == "compute":
         services.append(nodes.Service("slurmd", ["/usr/sbin/slurmd", "-D", "-N", x.name], env=env))
@@ -391,13 +378,10 @@ def _keys(ldir: str, slurm_auth: bool, acct: bool) -> None:
     secrets/, 0700; never in an image, never printed); and with accounting the database
     password (0400), made once."""
     ensure_munge_key(os.path.join(ldir, "secrets", "slurm.key" if slurm_auth else "munge.key"))
-    pw = os.path.join(ldir, "secrets", "mariadb.password")
-    if acct and not os.path.exists(pw):
+    if acct:
         import secrets
 
-        fd = os.open(pw, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
-        with os.fdopen(fd, "w") as f:
-            f.write(secrets.token_hex(24) + "\n")
+        ensure_secret(os.path.join(ldir, "secrets", "mariadb.password"), lambda: secrets.token_hex(24).encode())
 
 
 def jobcomp_log(deployment_dir: str) -> str:
