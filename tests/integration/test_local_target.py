@@ -102,6 +102,14 @@ def _wait_done(lab, job: str, timeout: float = 120) -> None:
         time.sleep(0.5)
 
 
+def _wait_forgotten(lab, job: str, timeout: float = 180) -> None:
+    """Until slurmctld no longer lists JOB in any state (MinJobAge after its end)."""
+    deadline = time.monotonic() + timeout
+    while lab.slurm("squeue", "-h", "--states=all", "-j", job, "-o", "%i", check=False).stdout.strip():
+        assert time.monotonic() < deadline, f"slurmctld still lists job {job}"
+        time.sleep(2)
+
+
 def _sacct(lab, job: str, timeout: float = 60) -> str:
     """State|ExitCode of JOB in accounting, once slurmdbd has its end."""
     deadline = time.monotonic() + timeout
@@ -135,6 +143,49 @@ def test_the_controller_keeps_accounting_and_sacct_reports_finished_jobs(lab):
     assert r.returncode == 0 and "dbd" not in r.stdout.split(), r.stdout  # only the controller has it
     r = lab.ctk("exec", lab.path, "lab-controller", "--", "stat", "-c", "%a %U", "/run/ctk/dbd/slurmdbd.conf")
     assert r.stdout.strip() == "600 root", (r.stdout, r.stderr)
+
+
+SUBMITIT_SCRIPT = """
+import json, socket, sys
+import submitit
+
+def where(x):
+    return socket.gethostname(), x * 2
+
+ex = submitit.SlurmExecutor(folder="/home/submitit-check/%j")
+ex.update_parameters(partition="debug", time=5, nodes=2, ntasks_per_node=1)
+job = ex.submit(where, 21)
+results = job.results()
+print(json.dumps({"job": job.job_id, "results": results, "state": job.state, "python": sys.executable}))
+"""
+
+
+def test_a_submitit_job_from_the_login_node_completes_with_no_accounting_warning(lab):
+    """A real client of Slurm's accounting: submitit (pure Python, the version make test
+    installs here, copied into the lab's shared /home) submits a 2-node job from the login
+    node with the image's JAX Python, collects both tasks' results, and reads the job's state
+    from sacct: no "accounting storage is disabled" or "Bypassing sacct error" warning."""
+    import importlib.util
+
+    import submitit
+
+    home = os.path.join(lab.path, "lab", "home")
+    shutil.copytree(os.path.dirname(importlib.util.find_spec("submitit").origin),
+                    os.path.join(home, "pylib", "submitit"), dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    with open(os.path.join(home, "submitit_check.py"), "w") as f:
+        f.write(SUBMITIT_SCRIPT)
+    login = [n["name"] for n in lab.status()[1]["nodes"] if n["role"] == "login"][0]
+    r = lab.ctk("exec", lab.path, login, "--", "env", "PYTHONPATH=/home/pylib", "/opt/ctk/jax/bin/python", "-W", "always",
+                "/home/submitit_check.py", timeout=300)
+    assert r.returncode == 0, (submitit.__version__, r.stdout, r.stderr)
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    computes = lab.slurm("sinfo", "-h", "-N", "-p", "debug", "-o", "%N").stdout.split()
+    assert sorted(host for host, _ in out["results"]) == sorted(computes), out
+    assert all(v == 42 for _, v in out["results"]) and out["python"] == "/opt/ctk/jax/bin/python", out
+    assert out["state"] == "COMPLETED", out  # submitit's state comes from sacct
+    assert "accounting" not in r.stderr.lower() and "sacct" not in r.stderr, r.stderr
+    assert _sacct(lab, out["job"]) == "COMPLETED|0:0"
 
 
 def test_redeploy_without_change_restarts_nothing(lab):
@@ -525,10 +576,7 @@ def test_a_debian_12_lab_still_deploys_and_runs_jax_smoke(state, tmp_path_factor
         # Accounting with Slurm 22.05 and Debian 12's MariaDB: this lab keeps a finished job
         # 2 s (MinJobAge); once slurmctld has forgotten it, sacct still has its end.
         job = lab.slurm("sbatch", "--parsable", "-N1", "-o", "/dev/null", "--wrap", "exit 5").stdout.strip()
-        deadline = time.monotonic() + 180
-        while lab.slurm("squeue", "-h", "--states=all", "-j", job, "-o", "%i", check=False).stdout.strip():
-            assert time.monotonic() < deadline, "slurmctld still lists the job"
-            time.sleep(2)
+        _wait_forgotten(lab, job)
         assert _sacct(lab, job) == "FAILED|5:0"
     finally:
         lab.ctk("destroy", lab.path)
@@ -547,10 +595,11 @@ def test_auth_slurm_lab_runs_a_two_node_job_with_no_munge(state, tmp_path_factor
         assert not os.path.exists(os.path.join(lab.path, "lab", "secrets", "munge.key"))
         out = lab.slurm("srun", "-N2", "hostname").stdout.split()
         assert sorted(out) == sorted(lab.slurm("sinfo", "-h", "-N", "-o", "%N").stdout.split())
-        # slurmdbd authenticates with the same key: accounting has the job
-        job = lab.slurm("sbatch", "--parsable", "-N1", "-o", "/dev/null", "--wrap", "true").stdout.strip()
-        _wait_done(lab, job)
-        assert _sacct(lab, job) == "COMPLETED|0:0"
+        # slurmdbd authenticates with the same key: accounting has the job. This lab keeps a
+        # finished job 2 s (MinJobAge); once slurmctld 24.11 has forgotten it, sacct has its end.
+        job = lab.slurm("sbatch", "--parsable", "-N1", "-o", "/dev/null", "--wrap", "exit 4").stdout.strip()
+        _wait_forgotten(lab, job)
+        assert _sacct(lab, job) == "FAILED|4:0"
         version = lab.slurm("sinfo", "-V").stdout
         assert version.startswith("slurm-wlm 24.11") or version.startswith("slurm 24.11"), version
         names = []

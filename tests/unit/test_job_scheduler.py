@@ -140,8 +140,8 @@ def test_local_scripts_are_new_files_in_the_shared_home(dep):
 
 
 def test_local_completion_log_gives_the_last_run_of_a_requeued_job(dep, monkeypatch):
-    from ctk.targets import local
-    log = local.jobcomp_log(dep)
+    from ctk.targets import labclient
+    log = labclient.jobcomp_log(dep)
     os.makedirs(os.path.dirname(log))
     with open(log, "w") as f:
         f.write("JobId=7 UserId=root(0) JobState=NODE_FAIL Partition=debug ExitCode=0:0\n"

@@ -4,26 +4,35 @@ packages below. Imports are lazy, so `ctk job submit` loads only what a submit n
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 
 from .. import __version__
 from ..errors import EXIT_USAGE, CtkError
-from . import blueprint, cluster, image, job, stack
 from .common import Parser
 
+# The command groups, in the order `ctk --help` lists them, and the commands of each.
+GROUPS = {
+    "blueprint": ("validate", "expand", "show", "create"),
+    "cluster": ("deploy", "status", "destroy", "exec", "env"),
+    "job": ("job",),
+    "image": ("image",),
+    "stack": ("stack",),
+}
+_GROUP_OF = {cmd: group for group, cmds in GROUPS.items() for cmd in cmds}
 
-def build_parser() -> Parser:
+
+def build_parser(command: str | None = None) -> Parser:
+    """The parser of every command, or with COMMAND (a known first word) of its group only:
+    `ctk job submit` neither imports nor builds the parsers of the other groups."""
     ap = Parser(prog="ctk", description="Slurm cluster images and jobs for AI/ML training, "
                 "from Cluster Toolkit blueprints.",
                 epilog="Exit codes: 0 success, 1 failure while running, 2 bad input (blueprint, flags).")
     ap.add_argument("--version", action="version", version=f"ctk {__version__}")
     sub = ap.add_subparsers(dest="cmd", metavar="COMMAND", parser_class=Parser)
-    blueprint.add_parsers(sub)
-    cluster.add_parsers(sub)
-    job.add_parsers(sub)
-    image.add_parsers(sub)
-    stack.add_parsers(sub)
+    for group in [_GROUP_OF[command]] if command in _GROUP_OF else GROUPS:
+        importlib.import_module(f"{__name__}.{group}").add_parsers(sub)
     return ap
 
 
@@ -51,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["job"] and "--" in argv:  # ctk job render ... -- CMD: CMD is the user's, verbatim
         i = argv.index("--")
         argv, command = argv[:i], argv[i + 1:]
-    ap = build_parser()
+    ap = build_parser(argv[0] if argv else None)
     args = ap.parse_args(argv)
     if command is not None:
         args.command = command

@@ -46,8 +46,9 @@ def validate(args) -> int:
         print(json.dumps({"ok": True, "errors": [], "warnings": [w.to_dict() for w in exp.warnings]}, indent=2))
     else:
         warn(exp)
-        print(f"{args.blueprint}: ok ({sum(1 for _ in exp.blueprint.modules())} modules, "
-              f"{len(dep.partitions)} partitions, {len(dep.nodesets)} nodesets)")
+        counts = [(sum(1 for _ in exp.blueprint.modules()), "module"), (len(dep.partitions), "partition"),
+                  (len(dep.nodesets), "nodeset")]
+        print(f"{args.blueprint}: ok ({', '.join(f'{n} {w}' + ('s' if n != 1 else '') for n, w in counts)})")
     return EXIT_OK
 
 

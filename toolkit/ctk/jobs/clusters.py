@@ -39,12 +39,12 @@ def deployment_cluster(deployment: str) -> Cluster:
                             hint="deploy a cluster with 'ctk deploy BLUEPRINT -o DIR'")
         raise UserError(f"--deployment {deployment}: no deployment.json there",
                         hint="create and deploy it with 'ctk deploy BLUEPRINT -o DIR'")
-    return targets.get(name).job_cluster(deployment)
+    return targets.job_cluster(name, deployment)
 
 
 def __getattr__(name: str):
     if name == "LocalCluster":  # the lab's cluster lives with its target
-        from ..targets.local import LabCluster
+        from ..targets.labclient import LabCluster
         return LabCluster
     raise AttributeError(name)
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from ..errors import Failure
+from . import DaemonError
 from .proc import terminate
 from .net import free_port as free_tcp_port
 
@@ -33,10 +33,6 @@ __all__ = [
 
 # A Unix socket path is limited to 108 bytes (sun_path) on Linux, NUL included.
 _MAX_SOCKET_PATH = 107
-
-
-class DaemonError(Failure):
-    """A daemon failed to start or to answer in time."""
 
 
 @dataclass

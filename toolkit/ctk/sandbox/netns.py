@@ -18,7 +18,7 @@ import re
 import subprocess
 
 from ..errors import UserError
-from .daemons import DaemonError
+from . import DaemonError
 
 NETNS_DIR = "/run/netns"
 HOST = 254  # the host's address on each lab bridge

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 
 from ..waiting import TimedOut, poll
 from .proc import terminate
-from .daemons import DaemonError
+from . import DaemonError
 
 
 @dataclass

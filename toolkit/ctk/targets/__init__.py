@@ -26,6 +26,12 @@ REGISTRY = {
     "local": "ctk.targets.local:LocalTarget",
     "ssh": "ctk.targets.ssh:SshTarget",
 }
+# The job cluster a deployment of a target hands to `ctk job`, where it lives apart from the
+# target's builders, so that a submit imports only it; other targets hand theirs through
+# Target.job_cluster.
+JOB_CLUSTERS = {
+    "local": "ctk.targets.labclient:job_cluster",
+}
 # Targets a blueprint may name that ctk plans and renders for, but does not deploy (yet).
 NOT_DEPLOYABLE = {"gcp": "Cluster Toolkit's gcluster deploys it; ctk renders its folder (ctk create)"}
 
@@ -45,6 +51,15 @@ def get(name: str) -> Target:
     module, cls = spec.split(":")
     _loaded[name] = getattr(importlib.import_module(module), cls)()
     return _loaded[name]
+
+
+def job_cluster(name: str, deployment_dir: str):
+    """The cluster `ctk job --deployment DIR` submits to, for a deployment of target NAME."""
+    spec = JOB_CLUSTERS.get(name)
+    if spec is None:
+        return get(name).job_cluster(deployment_dir)
+    module, fn = spec.split(":")
+    return getattr(importlib.import_module(module), fn)(deployment_dir)
 
 
 def of_folder(deployment_dir: str) -> Target:
@@ -91,4 +106,4 @@ def destroy(deployment_dir: str | None, progress: Progress, lease: int | None = 
         return target.destroy(deployment_dir, progress)
 
 
-__all__ = ["REGISTRY", "DeployOutcome", "NodeStatus", "PartitionStatus", "Status", "Target", "deploy", "destroy", "get", "of_folder"]
+__all__ = ["REGISTRY", "DeployOutcome", "NodeStatus", "PartitionStatus", "Status", "Target", "deploy", "destroy", "get", "job_cluster", "of_folder"]
