@@ -71,6 +71,9 @@ class ImageSpec:
     # Packer variables for a build on Google Cloud (images/gcp.pkr.hcl); empty when the
     # blueprint names no project.
     cloud: dict[str, Any] = field(default_factory=dict)
+    # Transformer Engine's release, built into the image's JAX venv against its CUDA toolkit
+    # (a CUDA stack's opt-in); None: none.
+    transformer_engine: str | None = None
 
     @property
     def python(self) -> str | None:

@@ -16,6 +16,7 @@ from .modules import is_remote
 from .modules.ctk_kinds import SERVICE_MANAGERS, SSH_HOST_KEYS, SSH_ROLES
 from .modules.machines import accelerator_gpu, lookup_machine, lookup_tpu
 from .stacks import Stack, load_stacks, newest_for, python_tuple
+from .stacks.drivers import GPU_NEEDS, TE_MIN_CUDA, bases_with_driver, bases_with_toolkit, cuda_toolkit, image_driver
 
 _CT_PARTITION_RE = re.compile(r"^[a-z][a-z0-9]*$")
 # A host's name is its hostname and Slurm NodeName: one DNS label.
@@ -131,7 +132,9 @@ def plan(exp: Expanded, c: Collector, stacks: dict[str, Stack] | None = None) ->
                                         em.get("accounting") is not False)
             if dep.controller.slurm_auth:
                 auth_em = em
-    _stacks(exp, dep, c, load_stacks() if stacks is None else stacks)
+    stacks = load_stacks() if stacks is None else stacks
+    _stacks(exp, dep, c, stacks)
+    _accelerator_rules(exp, dep, c, stacks)
     if dep.controller is None and (dep.partitions or dep.nodesets):
         dep.controller = Controller("", hostname=f"{cluster}-controller")
     if dep.controller is not None and dep.controller.slurm_auth:
@@ -206,7 +209,7 @@ def _image(em: ExpandedModule, exp: Expanded) -> ImageSpec:
                          roles=list(em.get("roles") or ["common", "munge", "slurm", "jax"]),
                          stack=_str(em.get("stack"), "") or "",  # "": chosen by _stacks
                          extra_playbooks=list(em.get("extra_playbooks") or []), source=em.module.source,
-                         cloud=_cloud(em, exp, name, base))
+                         cloud=_cloud(em, exp, name, base), transformer_engine=_str(em.get("transformer_engine")))
     src_img = " ".join(str(x) for x in (em.get("source_image"), em.get("source_image_family"))
                        if x and not is_deferred(x))
     base = DEFAULT_BASE
@@ -244,7 +247,7 @@ def _accelerator(img: ImageSpec, exp: Expanded, dep: Deployment) -> str:
     """The accelerator of the stack ctk picks for an image that names none: CPU for ctk's own
     images; CUDA 12 for a Cluster Toolkit image built on or for GPU machines."""
     if img.source == "ctk/image":
-        return "cpu"
+        return "cuda12" if "nvidia_driver" in img.roles else "cpu"
     em = exp.module(img.module_id)
     mt = lookup_machine(_str(em.get("machine_type"), "") or "")
     gpu = (mt and mt.gpu_count) or em.get("accelerator_type") or any(
@@ -309,6 +312,76 @@ def _stacks(exp: Expanded, dep: Deployment, c: Collector, stacks: dict[str, Stac
             exp.warnings.append(BlueprintError(
                 f"image {img.name}: {why}, so it gets no JAX venv", doc.pos(em.module.path + ("id",)),
                 f"an image on a base a {acc} stack is for ({bases}) gets one"))
+
+
+def _accelerator_rules(exp: Expanded, dep: Deployment, c: Collector, stacks: dict[str, Stack]) -> None:
+    """What ctk's images carry for accelerators, against what their stacks and GPUs need (the
+    versions come from the nvidia_driver and cuda roles, see ctk.stacks.drivers): a CUDA stack
+    whose wheels need a newer driver than the image gets, at the line naming the stack; a GPU
+    generation the image's driver cannot run, at the nodeset's machine type; Transformer Engine
+    without a CUDA toolkit of its stack's major version, at its setting."""
+    doc = exp.blueprint.doc
+    by_name = {img.name: img for img in dep.images}
+    for img in dep.images:
+        if img.source != "ctk/image":  # Cluster Toolkit's images bring their own driver
+            continue
+        em = exp.module(img.module_id)
+        stack = stacks.get(img.stack)
+        driver = image_driver(img.base) if "nvidia_driver" in img.roles else None
+        if stack is not None and driver is not None and stack.min_driver and not driver.at_least(stack.min_driver):
+            cuda12 = [s.name for s in stacks.values() if s.accelerator == "cuda12" and s.supports(base_python(img.base) or "")]
+            others = [b for b in bases_with_driver(stack.min_driver) if b != img.base]
+            c.add(f"stack {stack.name} needs NVIDIA driver >= {stack.min_driver} (jax[{stack.accelerator}]'s CUDA "
+                  f"wheels); image '{img.name}' (base {img.base}) gets driver {driver.version} from "
+                  f"{driver.source} (the nvidia_driver role)", _stack_pos(exp, em),
+                  ", ".join(x for x in (
+                      f"use {' or '.join(cuda12)} (CUDA 12, driver >= {stacks[cuda12[0]].min_driver})" if cuda12 else "",
+                      f"or build on a base whose driver is >= {stack.min_driver} ({', '.join(others)})" if others else "")
+                      if x))
+        if img.transformer_engine:
+            _transformer_engine(exp, em, img, stack, c)
+    for ns in dep.nodesets:
+        need = GPU_NEEDS.get(ns.gpu_type or "")
+        img = by_name.get(ns.image or "") or (dep.images[0] if len(dep.images) == 1 and not ns.image else None)
+        if need is None or img is None or img.source != "ctk/image" or "nvidia_driver" not in img.roles:
+            continue
+        generation, floor, module = need
+        driver = image_driver(img.base)
+        if driver is None or (driver.at_least(floor) and driver.kernel_module == module):
+            continue
+        em = exp.module(ns.module_id)
+        where = em.module.path + (("settings", "machine_type") if "machine_type" in em.explicit else ("id",))
+        fits = bases_with_driver(floor, module)
+        c.add(f"nodeset {ns.name}: {ns.machine_type}'s {ns.gpu_type.upper()} GPUs ({generation}) need NVIDIA's "
+              f"{module} kernel module from driver {floor}; image '{img.name}' (base {img.base}) gets driver "
+              f"{driver.version} with the {driver.kernel_module} module ({driver.source})", doc.pos(where),
+              f"build image '{img.name}' on a base that has it ({', '.join(fits)})" if fits else
+              "no base ctk builds has it")
+
+
+def _transformer_engine(exp: Expanded, em: ExpandedModule, img: ImageSpec, stack: Stack | None, c: Collector) -> None:
+    doc = exp.blueprint.doc
+    pos = doc.pos(em.module.path + ("settings", "transformer_engine"))
+    te = img.transformer_engine
+    if stack is None:
+        return
+    if not stack.accelerator.startswith("cuda"):
+        c.add(f"Transformer Engine {te} needs a CUDA stack; stack {stack.name} is for {stack.accelerator}", pos,
+              "use a jax-cuda12 stack, or leave transformer_engine out")
+        return
+    major = int(stack.accelerator[len("cuda"):])
+    toolkit = cuda_toolkit(img.base)
+    fits = bases_with_toolkit(major)
+    if toolkit is None or toolkit.major != major or python_tuple(toolkit.version) < python_tuple(TE_MIN_CUDA):
+        have = f"base {img.base}'s CUDA toolkit is {toolkit.version}" if toolkit else f"base {img.base} has no CUDA toolkit ctk installs"
+        c.add(f"Transformer Engine {te} builds against the CUDA {major} toolkit of stack {stack.name} "
+              f"(>= {TE_MIN_CUDA}); {have}", pos,
+              f"build the image on {' or '.join(fits)}" if fits else f"no base ctk builds has a CUDA {major} toolkit")
+        return
+    if "cuda" not in img.roles:
+        c.add(f"Transformer Engine {te} is built at image build time against the CUDA toolkit: image "
+              f"'{img.name}' needs the cuda role", doc.pos(em.module.path + (("settings", "roles") if "roles" in em.explicit else ("id",))),
+              "add cuda to its roles, before jax")
 
 
 def _image_of(em: ExpandedModule, images: dict[str, str]) -> str | None:

@@ -26,6 +26,8 @@ IMAGE = ModuleKind(
         _in("stack", "string", None, "Software stack from images/stacks.yaml (ctk stack list); it must be "
             "locked for the base's Python. null: the newest CPU stack for the base's Python."),
         _in("extra_playbooks", "list(string)", [], "Further playbooks run after the roles."),
+        _in("transformer_engine", "string", None, "Transformer Engine release (e.g. \"2.20.2\") built into the "
+            "JAX venv of a CUDA stack, against the cuda role's toolkit; null: none."),
     ),
     outputs=(Output("image", "The image name, for an `image` input."),),
 )
