@@ -71,7 +71,7 @@ demo: deps
 	@echo "The lab cluster is up. Use it: eval \"\$$(.venv/bin/ctk env lab)\"; sinfo  --  ctk status lab  --  stop it: .venv/bin/ctk destroy lab"
 
 test: testdeps
-	$(PY) -m pytest -q -p no:cacheprovider tests
+	$(PY) -m pytest -q -p no:cacheprovider --durations=30 tests
 
 test-unit: deps
 	$(PY) -m pytest -q -p no:cacheprovider tests/unit

@@ -4,6 +4,7 @@ image, driven through the ctk CLI and the host's own Slurm commands."""
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -186,6 +187,45 @@ def test_a_submitit_job_from_the_login_node_completes_with_no_accounting_warning
     assert out["state"] == "COMPLETED", out  # submitit's state comes from sacct
     assert "accounting" not in r.stderr.lower() and "sacct" not in r.stderr, r.stderr
     assert _sacct(lab, out["job"]) == "COMPLETED|0:0"
+
+
+GOLDEN = os.path.join(os.path.dirname(os.path.dirname(__file__)), "golden")
+XLA_CHECK = "import jax, jax.numpy as jnp; print(float(jnp.arange(4.0).sum()))"
+
+
+def template_xla_flags() -> list[str]:
+    """Every XLA flag any template emits, for every nodeset of the GPU deployments ctk has
+    goldens of (the lab, the GPU lab, Cluster Toolkit's A3 Mega and A3 Ultra examples)."""
+    from ctk.jobs import templates
+
+    required = {"array": {"sweep": ["--lr=0.1", "--lr=0.2"]}, "container": {"image": "nvcr.io#nvidia/jax:25.04-py3"}}
+    flags: set[str] = set()
+    for name in templates.list_templates():
+        for dep_name in ("lab", "gpu-lab", "ct-a3mega", "ct-a3ultra"):
+            dep = templates.load_deployment(os.path.join(GOLDEN, dep_name))
+            for ns in dep.nodesets:
+                script = templates.render(name, dict(required.get(name, {})), ["python3", "train.py"], dep, ns.name)
+                for m in re.finditer(r"^export XLA_FLAGS=(.*)$", script, re.M):
+                    flags.update(shlex.split(m.group(1))[0].split())
+    return sorted(flags)
+
+
+def assert_jaxlib_accepts_template_xla_flags(lab, node: str) -> None:
+    """The node's stack's jaxlib (CPU) starts with every template XLA flag set: an unknown one
+    aborts XLA ("Unknown flag in XLA_FLAGS"), and the CPU build checks the --xla_gpu_ names too,
+    as a made-up flag shows."""
+    flags = template_xla_flags()
+    assert "--xla_gpu_enable_latency_hiding_scheduler=true" in flags and len(flags) >= 7, flags
+    run = ["env", "JAX_PLATFORMS=cpu", "XLA_FLAGS=" + " ".join(flags), "/opt/ctk/jax/bin/python", "-c", XLA_CHECK]
+    r = lab.ctk("exec", lab.path, node, "--", *run)
+    assert r.returncode == 0 and r.stdout.strip().splitlines()[-1] == "6.0", (r.stdout, r.stderr[-2000:])
+    bad = run[:2] + ["XLA_FLAGS=--xla_gpu_no_such_flag_ctk=true"] + run[3:]
+    r = lab.ctk("exec", lab.path, node, "--", *bad)
+    assert r.returncode != 0 and "xla_gpu_no_such_flag_ctk" in r.stderr, (r.stdout, r.stderr[-2000:])
+
+
+def test_the_lab_stacks_jaxlib_accepts_every_xla_flag_the_templates_emit(lab):
+    assert_jaxlib_accepts_template_xla_flags(lab, "labdebugnodeset-0")
 
 
 def test_redeploy_without_change_restarts_nothing(lab):
@@ -573,6 +613,7 @@ def test_a_debian_12_lab_still_deploys_and_runs_jax_smoke(state, tmp_path_factor
         assert all(f["process_count"] == "2" and f["reduced"] == "2" for f in fields)
         r = lab.ctk("exec", lab.path, "lab12-login-0", "--", "/opt/ctk/jax/bin/python", "-c", "import jax; print(jax.__version__)")
         assert r.stdout.strip() == load_stacks()["jax-cpu-0.10"].jax, (r.stdout, r.stderr)
+        assert_jaxlib_accepts_template_xla_flags(lab, "lab12-login-0")  # jaxlib 0.10.2
         # Accounting with Slurm 22.05 and Debian 12's MariaDB: this lab keeps a finished job
         # 2 s (MinJobAge); once slurmctld has forgotten it, sacct still has its end.
         job = lab.slurm("sbatch", "--parsable", "-N1", "-o", "/dev/null", "--wrap", "exit 5").stdout.strip()
@@ -625,5 +666,56 @@ def test_auth_slurm_lab_runs_a_two_node_job_with_no_munge(state, tmp_path_factor
                     assert fn != "slurm.key", p
                     if os.path.isfile(p) and not os.path.islink(p) and os.path.getsize(p) == 1024:
                         assert open(p, "rb").read() != secret, p
+    finally:
+        lab.ctk("destroy", lab.path)
+
+
+HEALTH = os.path.join(os.path.dirname(__file__), "blueprints", "health.yaml")
+# A stand-in for nvidia-smi (this machine has no GPU): lists as many GPUs as /etc/ctk-test-gpus says.
+STAND_IN_NVIDIA_SMI = """#!/bin/sh
+n=$(cat /etc/ctk-test-gpus)
+i=0
+while [ "$i" -lt "$n" ]; do echo "GPU $i: NVIDIA H100 80GB HBM3 (UUID: GPU-stand-in-$i)"; i=$((i + 1)); done
+"""
+
+
+def _node_line(lab, node):
+    return lab.slurm("scontrol", "show", "node", "-o", node).stdout
+
+
+def _wait_node(lab, node, until, timeout=90):
+    deadline = time.monotonic() + timeout
+    while True:
+        line = _node_line(lab, node)
+        if until(line):
+            return line
+        assert time.monotonic() < deadline, line
+        time.sleep(1)
+
+
+def test_health_check_drains_a_node_whose_stand_in_nvidia_smi_lists_7_of_8_gpus_and_returns_it(
+        lab_build, state, tmp_path_factory):
+    """slurmd runs ctk's health check (HealthCheckProgram, every 5 s here) on a real node whose
+    NodeName line promises 8 GPUs: with a stand-in nvidia-smi listing 7 the node is drained with
+    the reason, which scontrol and sinfo -R show; listing 8 again, it is back in service."""
+    lab = deploy(tmp_path_factory, state, "health", HEALTH)
+    try:
+        conf = open(os.path.join(lab.path, "lab", "etc", "slurm", "slurm.conf")).read()
+        assert "HealthCheckProgram=/usr/lib/ctk/healthcheck\n" in conf and "HealthCheckNodeState=ANY\n" in conf
+        node = lab.slurm("sinfo", "-h", "-N", "-o", "%N").stdout.split()[0]
+        assert "Gres=gpu:h100:8" in _node_line(lab, node)
+        for cmd in (f"printf %s {shlex.quote(STAND_IN_NVIDIA_SMI)} > /usr/local/bin/nvidia-smi",
+                    "chmod 755 /usr/local/bin/nvidia-smi", "echo 7 > /etc/ctk-test-gpus"):
+            r = lab.ctk("exec", lab.path, node, "--", "sh", "-c", cmd)
+            assert r.returncode == 0, r.stderr
+        line = _wait_node(lab, node, lambda ln: "DRAIN" in ln)
+        assert "Reason=ctk-healthcheck: nvidia-smi lists 7 GPUs, the node promises 8" in line, line
+        assert "nvidia-smi lists 7 GPUs" in lab.slurm("sinfo", "-R", "-h", "-o", "%E").stdout
+        r = lab.ctk("exec", lab.path, node, "--", "sh", "-c", "echo 8 > /etc/ctk-test-gpus")
+        assert r.returncode == 0
+        line = _wait_node(lab, node, lambda ln: "DRAIN" not in ln)
+        assert re.search(r"State=(IDLE|MIXED|ALLOCATED)\b", line), line
+        out = lab.slurm("srun", "-N1", "-w", node, "hostname").stdout.strip()
+        assert out == node
     finally:
         lab.ctk("destroy", lab.path)

@@ -15,6 +15,7 @@ from typing import Any
 # builds read it here.
 JAX_VENV = "/opt/ctk/jax"  # where the jax role puts the stack's venv (its jax_venv default)
 JAX_TASK_PROLOG = "/usr/lib/ctk/jax-task-prolog"  # the jax role's Slurm TaskProlog (jax_task_prolog)
+HEALTH_CHECK = "/usr/lib/ctk/healthcheck"  # the slurm role's node health check (slurm_health_check)
 
 
 @dataclass(frozen=True)

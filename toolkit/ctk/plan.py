@@ -409,11 +409,12 @@ def _nodeset(em: ExpandedModule, cluster: str, c: Collector, doc, images=None) -
                   node_count_static=static, node_count_dynamic_max=dynamic,
                   node_conf=node_conf, features=features, image=_image_of(em, images or {}),
                   spot=bool(em.get("enable_spot_vm") is True or em.get("preemptible") is True))
-    if em.schema.role == "nodeset-tpu":
-        ntype = _str(em.get("node_type")) or _str(em.get("accelerator_type")) or ""
+    tpu_setting = "node_type" if em.schema.role == "nodeset-tpu" else "tpu_type"  # ctk/slurm/nodeset's
+    if em.schema.role == "nodeset-tpu" or _str(em.get("tpu_type")):
+        ntype = _str(em.get(tpu_setting)) or _str(em.get("accelerator_type")) or ""
         tpu = lookup_tpu(ntype)
         if tpu is None:
-            c.add(f"unknown TPU node type {ntype!r}", doc.pos(path + ("settings", "node_type")),
+            c.add(f"unknown TPU node type {ntype!r}", doc.pos(path + ("settings", tpu_setting)),
                   "for example v4-8, v5p-8, v5litepod-8, v6e-8")
             return None
         cpus, gb = TPU_HOSTS.get(tpu.generation, (96, 335))

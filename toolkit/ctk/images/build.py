@@ -302,7 +302,7 @@ def build_image(spec: ImageSpec, store: Store | None = None, progress: Progress 
                     _build_layer(store, spec.name, lp, result.layers, progress)
                 result.built.append(lp.role)
             result.layers.append(lp.key)
-        record = {"name": stack.name, "pins": dict(stack.pins)}
+        record = {"name": stack.name, "accelerator": stack.accelerator, "pins": dict(stack.pins)}
         if lock is not None:  # what the venv must hold, exactly: image verification checks it
             record.update(python=lock.python, lock=lock.versions)
         store.save_image(spec.name, {"name": spec.name, "layers": result.layers, "spec": vars(spec),

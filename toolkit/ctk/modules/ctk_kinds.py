@@ -44,6 +44,8 @@ NODESET = ModuleKind(
         _in("features", "list(string)", [], "Slurm node features."),
         _in("node_conf", "map(any)", {}, "Extra NodeName parameters."),
         _in("image", "string", None, "Image the nodes boot (a ctk/image name)."),
+        _in("tpu_type", "string", None, "TPU slice type (v4-8, v5p-8, v5litepod-8, v6e-8): the nodes are TPU VMs, "
+            "one per host of the slice; null: machine_type's VMs."),
         _in("gpu_network", "string", None,
             "GPU network transport (tcp, gpudirect-tcpx, gpudirect-tcpxo, rdma); null: from the machine type."),
     ),

@@ -105,6 +105,10 @@ class NodeLayout:
     bind_own_address: bool = False
     # A TaskProlog every compute node has (the jax role's, which puts the stack first on PATH).
     task_prolog: str | None = None
+    # A HealthCheckProgram every compute node has (the slurm role's), run every
+    # health_check_interval seconds in any node state; None: no health check.
+    health_check: str | None = None
+    health_check_interval: int = 300
 
 
 # --------------------------------------------------------------------------- helpers
@@ -366,6 +370,10 @@ def _base_params(dep: Deployment, layout: NodeLayout | None, has_gpus: bool) -> 
         scheduling.append(("GresTypes", "gpu"))
     if layout is not None and layout.task_prolog:
         scheduling.append(("TaskProlog", layout.task_prolog))
+    if layout is not None and layout.health_check:
+        scheduling += [("HealthCheckProgram", layout.health_check),
+                       ("HealthCheckInterval", str(layout.health_check_interval)),
+                       ("HealthCheckNodeState", "ANY")]
     scheduling += [
         ("SchedulerType", "sched/backfill"),
         ("ReturnToService", "2"),

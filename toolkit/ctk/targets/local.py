@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 
 from .. import atomic
 from ..errors import UserError, did_you_mean
-from ..model import DEFAULT_BASE, JAX_TASK_PROLOG, Deployment, ImageSpec
+from ..model import DEFAULT_BASE, HEALTH_CHECK, JAX_TASK_PROLOG, Deployment, ImageSpec
 from ..progress import Progress
 from ..render.hostlist import compress
 from ..sandbox import netns
@@ -200,7 +200,8 @@ def layout(plan: LabPlan) -> NodeLayout:
         bind_own_address=True,  # every daemon, and srun, binds its node's address
         slurmdbd_addr=plan.controller.name if acct else None,
         slurmdbd_port=leases.port(plan.n, DBD_PORT_SLOT) if acct else None,
-        task_prolog=JAX_TASK_PROLOG if all(images[x.image].python for x in computes) else None)
+        task_prolog=JAX_TASK_PROLOG if all(images[x.image].python for x in computes) else None,
+        health_check=HEALTH_CHECK)
 
 
 def lab_files(plan: LabPlan, ldir: str) -> dict[str, str]:

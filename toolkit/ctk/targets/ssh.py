@@ -40,7 +40,7 @@ from dataclasses import asdict, dataclass, field
 from .. import atomic, paths
 from ..ansible_out import parse_recap
 from ..errors import UserError, did_you_mean
-from ..model import Deployment, ImageSpec, SshHost
+from ..model import HEALTH_CHECK, Deployment, ImageSpec, SshHost
 from ..progress import Progress
 from ..render.slurmconf import (PROD_LOG_DIR, PROD_PID_DIR, PROD_SLURMCTLD_PORT, PROD_SLURMD_PORT,
                                 PROD_SPOOL_DIR, PROD_STATE_DIR, NodeLayout, render_cgroup_conf,
@@ -77,7 +77,7 @@ def layout(dep: Deployment, host_munge_socket: str | None = None) -> NodeLayout:
         node_port={h.name: h.slurmd_port for h in computes if h.slurmd_port},
         state_dir=PROD_STATE_DIR, spool_dir=PROD_SPOOL_DIR, log_dir=PROD_LOG_DIR, pid_dir=PROD_PID_DIR,
         slurm_user="slurm", controller_host=ctl.name, slurmd_port=PROD_SLURMD_PORT,
-        munge_socket=host_munge_socket, gpu_dev_dir="/dev", per_node_files=False)
+        munge_socket=host_munge_socket, gpu_dev_dir="/dev", per_node_files=False, health_check=HEALTH_CHECK)
 
 
 def etc_hosts(dep: Deployment) -> list[dict]:

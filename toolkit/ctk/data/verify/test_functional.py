@@ -1,5 +1,8 @@
 """Functional checks inside a node booted from the image: munge round trip, slurmd -C, JAX."""
 
+import json
+import shlex
+
 import pytest
 
 
@@ -31,4 +34,31 @@ def test_jax_sees_devices(host, roles):
     if "jax" not in roles:
         pytest.skip("image has no jax role")
     out = host.check_output("/opt/ctk/jax/bin/python -c 'import jax; print(jax.devices())'")
-    assert "CpuDevice" in out
+    assert "CpuDevice" in out or "CudaDevice" in out or "TpuDevice" in out
+
+
+CUDA_CHECK = """
+import importlib.metadata as md, json, jax
+out = {"plugin": md.version("jax-cuda%(major)s-plugin"), "pjrt": md.version("jax-cuda%(major)s-pjrt"),
+       "backend": jax.default_backend()}
+try:
+    out["gpus"] = len(jax.devices("gpu"))
+except RuntimeError as e:  # no GPU (and no driver loaded) on the machine that builds images
+    out["gpus"], out["why"] = 0, str(e).splitlines()[0]
+print(json.dumps(out))
+"""
+
+
+def test_a_cuda_stack_imports_jax_with_its_cuda_plugin(host, image, roles):
+    """jax and its CUDA plugin import; without a GPU (image builders have none) jax says so and
+    runs on the CPU, which is expected and reported, not an error."""
+    acc = image["stack"].get("accelerator", "")
+    if "jax" not in roles or not acc.startswith("cuda"):
+        pytest.skip("image has no CUDA stack")
+    r = host.run("/opt/ctk/jax/bin/python -c %s" % shlex.quote(CUDA_CHECK % {"major": acc[len("cuda"):]}))
+    assert r.rc == 0, r.stderr
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["plugin"] == out["pjrt"] == image["stack"]["pins"]["jax"], out
+    if out["gpus"] == 0:
+        assert out["backend"] == "cpu", out
+        print(f"no GPU on this machine, as expected: {out.get('why')}")

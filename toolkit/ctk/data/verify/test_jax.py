@@ -55,3 +55,15 @@ def test_slurm_task_prolog_puts_venv_first_on_path(host):
     out = host.check_output("env PATH=/usr/bin:/bin /usr/lib/ctk/jax-task-prolog")
     assert out.strip() == "export PATH=/opt/ctk/jax/bin:/usr/bin:/bin"
     assert host.check_output("env PATH=/opt/ctk/jax/bin:/bin /usr/lib/ctk/jax-task-prolog").strip() == ""
+
+
+def test_a_tpu_stack_has_its_libtpu_and_its_flags(host, image):
+    pins = image["stack"]["pins"]
+    if "libtpu" not in pins:
+        pytest.skip("not a TPU stack")
+    assert _installed(host)["libtpu"] == pins["libtpu"]
+    f = host.file("/etc/profile.d/ctk-libtpu.sh")
+    assert f.exists and "--xla_tpu_enable_async_collective_fusion=true" in f.content_string
+    out = host.check_output("bash -lc 'echo $LIBTPU_INIT_ARGS'")
+    assert "--xla_tpu_overlap_compute_collective_tc=true" in out
+    assert host.check_output("LIBTPU_INIT_ARGS=--mine bash -lc 'echo $LIBTPU_INIT_ARGS'") == "--mine"
