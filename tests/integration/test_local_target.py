@@ -147,7 +147,7 @@ def test_the_controller_keeps_accounting_and_sacct_reports_finished_jobs(lab):
 
 
 SUBMITIT_SCRIPT = """
-import json, socket, sys
+import json, socket, sys, time
 import submitit
 
 def where(x):
@@ -157,6 +157,10 @@ ex = submitit.SlurmExecutor(folder="/home/submitit-check/%j")
 ex.update_parameters(partition="debug", time=5, nodes=2, ntasks_per_node=1)
 job = ex.submit(where, 21)
 results = job.results()
+# The state as sacct has it (submitit asks sacct; slurmdbd records a job's end a moment after it)
+deadline = time.monotonic() + 60
+while job.get_info(mode="force").get("State") != "COMPLETED" and time.monotonic() < deadline:
+    time.sleep(1)
 print(json.dumps({"job": job.job_id, "results": results, "state": job.state, "python": sys.executable}))
 """
 

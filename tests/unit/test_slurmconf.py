@@ -490,7 +490,7 @@ def test_layout_can_be_overridden_by_blueprint():
 def test_gres_conf_production():
     assert lines(render_gres_conf(a3mega())) == [
         HEADER,
-        "# Device files listed explicitly (no AutoDetect: Debian's Slurm has no NVML plugin).",
+        "# Device files listed explicitly: AutoDetect=nvml needs Slurm's NVML plugin on every node and cannot be used with cloud nodes.",
         "NodeName=a3mega-[0-127] Name=gpu Type=h100 File=/dev/nvidia[0-7]",
     ]
 

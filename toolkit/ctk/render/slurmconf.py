@@ -556,7 +556,7 @@ def render_gres_conf(dep: Deployment, *, layout: NodeLayout | None = None) -> st
         lines.append("# No GPU nodesets.")
         return "\n".join(lines) + "\n"
     if layout is None:
-        lines.append("# Device files listed explicitly (no AutoDetect: Debian's Slurm has no NVML plugin).")
+        lines.append("# Device files listed explicitly: AutoDetect=nvml needs Slurm's NVML plugin on every node and cannot be used with cloud nodes.")
     elif layout.gpu_dev_dir:
         lines.append(f"# Local cluster: emulated GPUs, device files in {layout.gpu_dev_dir} link to /dev/null.")
     else:

@@ -51,7 +51,9 @@ def test_dpkg_has_the_module_package_fully_configured(host, record, base):
     if base.distribution != "debian":
         pytest.skip("Debian's package names")
     out = host.check_output("dpkg-query -W -f='${db:Status-Abbrev}|${Version}' nvidia-kernel-dkms")
-    assert out == f"ii |{record['package_version']}"
+    # h: held (the role holds it), i: installed, and no error flag (a failed DKMS build leaves
+    # the package half-configured: "iF")
+    assert out == f"hi |{record['package_version']}"
 
 
 def test_nvidia_smi_and_the_cuda_driver_library_are_installed(host):
@@ -86,3 +88,10 @@ def test_nvidia_persistenced_runs_only_where_a_gpu_is_bound(host):
         pytest.skip("no systemd in the image")
     dropin = host.file("/etc/systemd/system/nvidia-persistenced.service.d/ctk-gpu-nodes.conf")
     assert "ConditionPathExistsGlob=/sys/bus/pci/drivers/nvidia/0000:*" in dropin.content_string
+
+
+def test_slurm_has_its_nvml_plugin_where_slurmd_runs(host, base):
+    if base.distribution != "debian" or not host.file("/usr/sbin/slurmd").exists:
+        pytest.skip("Debian's slurmd")
+    assert host.package("slurm-wlm-nvml-plugin").is_installed
+    assert host.check_output("find /usr/lib -name gpu_nvml.so | head -n1").endswith("gpu_nvml.so")

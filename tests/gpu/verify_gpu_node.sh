@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# On a real GPU host (a node booted from a ctk GPU image, or any machine with an NVIDIA driver
+# and a JAX venv with a CUDA plugin): prove the driver, the GPUs, JAX on them, a bf16 matmul
+# rate, ctk's health check, and train.py's step time with and without the jax-train template's
+# XLA flags. Prints one line per check and exits 1 if any fails.
+#
+#   tests/gpu/verify_gpu_node.sh [--python PYTHON] [--gpus N] [--healthcheck PATH] [--train PATH]
+#
+# PYTHON defaults to the image's venv (/opt/ctk/jax/bin/python), else python3. N defaults to
+# what nvidia-smi lists. The health check defaults to the image's (/usr/lib/ctk/healthcheck),
+# else the copy in this checkout; train.py to the checkout's sbatch/examples/train.py.
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+python=/opt/ctk/jax/bin/python
+[ -x "$python" ] || python=python3
+gpus=""
+healthcheck=/usr/lib/ctk/healthcheck
+[ -x "$healthcheck" ] || healthcheck="$root/toolkit/ctk/data/ansible/roles/slurm/files/ctk-healthcheck"
+train="$root/toolkit/ctk/data/sbatch/examples/train.py"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --python) python=$2; shift 2 ;;
+    --gpus) gpus=$2; shift 2 ;;
+    --healthcheck) healthcheck=$2; shift 2 ;;
+    --train) train=$2; shift 2 ;;
+    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    *) echo "verify_gpu_node.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+
+failed=0
+pass() { printf 'PASS %s\n' "$*"; }
+fail() { printf 'FAIL %s\n' "$*"; failed=1; }
+
+# 1. The driver is loaded (its kernel module answers in /proc), and nvidia-smi lists the GPUs.
+if [ -r /proc/driver/nvidia/version ]; then
+  pass "driver loaded: $(head -n1 /proc/driver/nvidia/version)"
+else
+  fail "no NVIDIA driver loaded (/proc/driver/nvidia/version absent)"
+fi
+if listed=$(nvidia-smi -L 2>&1); then
+  n=$(printf '%s\n' "$listed" | grep -c '^GPU ')
+  pass "nvidia-smi lists $n GPU(s): $(printf '%s\n' "$listed" | head -n1)"
+  [ -n "$gpus" ] || gpus=$n
+  driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | sort -u | tr '\n' ' ')
+  pass "driver version $driver"
+else
+  fail "nvidia-smi failed: $listed"
+  [ -n "$gpus" ] || gpus=0
+fi
+if [ -r /etc/ctk/nvidia-driver.json ]; then
+  pass "image record: $(tr -d '\n' < /etc/ctk/nvidia-driver.json | cut -c1-160)"
+fi
+
+# 2. JAX sees the GPUs, and a bf16 matmul reaches a plausible rate (an H100 or H200 does several
+# hundred TFLOP/s; below 10 the GPU is not being used, or badly).
+out=$("$python" - "$gpus" <<'PY' 2>&1
+import sys, time
+import jax, jax.numpy as jnp
+want = int(sys.argv[1])
+devs = jax.devices()
+gpu = [d for d in devs if d.platform == "gpu"]
+print(f"jax {jax.__version__}: {len(gpu)} GPU device(s): {gpu[0].device_kind if gpu else devs}")
+if len(gpu) != want or not gpu:
+    print(f"FAILED: jax sees {len(gpu)} GPUs, nvidia-smi {want}")
+    sys.exit(1)
+n = 8192
+a = jnp.ones((n, n), jnp.bfloat16)
+b = jnp.ones((n, n), jnp.bfloat16)
+f = jax.jit(lambda a, b: a @ b)
+f(a, b).block_until_ready()
+reps = 20
+t0 = time.perf_counter()
+for _ in range(reps):
+    c = f(a, b)
+c.block_until_ready()
+dt = time.perf_counter() - t0
+tflops = 2 * n ** 3 * reps / dt / 1e12
+print(f"bf16 matmul {n}x{n} on {gpu[0].device_kind}: {tflops:.0f} TFLOP/s ({dt / reps * 1e3:.2f} ms each)")
+if tflops < 10:
+    print("FAILED: below 10 TFLOP/s")
+    sys.exit(1)
+PY
+)
+rc=$?
+while IFS= read -r line; do
+  if [ $rc -eq 0 ]; then pass "$line"; else fail "$line"; fi
+done <<< "$(printf '%s\n' "$out" | grep -v '^WARNING\|^I0000\|^W0000' | tail -n 4)"
+
+# 3. ctk's health check, as slurmd would run it, against the GPUs found.
+if hc=$("$healthcheck" --gpus "$gpus" 2>&1); then pass "health check: $hc"; else fail "health check: $hc"; fi
+
+# 4. train.py with and without the jax-train template's XLA flags (the GPU variant's, at its
+# default combine threshold): seconds per step, from the difference of a short and a long run.
+flags="--xla_gpu_enable_latency_hiding_scheduler=true --xla_gpu_all_reduce_combine_threshold_bytes=134217728"
+flags="$flags --xla_gpu_all_gather_combine_threshold_bytes=134217728 --xla_gpu_reduce_scatter_combine_threshold_bytes=134217728"
+flags="$flags --xla_gpu_enable_pipelined_all_gather=true --xla_gpu_enable_pipelined_reduce_scatter=true"
+flags="$flags --xla_gpu_enable_pipelined_all_reduce=true"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+run_train() {  # XLA_FLAGS STEPS -> seconds
+  local t0
+  rm -rf "$tmp/ckpt"
+  t0=$EPOCHREALTIME
+  XLA_FLAGS="$1" "$python" "$train" --steps "$2" --checkpoint-every 100000 --checkpoint-dir "$tmp/ckpt" \
+    > "$tmp/train.log" 2>&1 || { echo "ERR"; return; }
+  python3 -c "print($EPOCHREALTIME - $t0)"
+}
+if [ -r "$train" ]; then
+  for label in "without" "with"; do
+    f=""; [ "$label" = "with" ] && f=$flags
+    short=$(run_train "$f" 20); long=$(run_train "$f" 220)
+    if [ "$short" = ERR ] || [ "$long" = ERR ]; then
+      fail "train.py $label the template's XLA flags: $(tail -n 3 "$tmp/train.log")"
+    else
+      pass "train.py $label the template's XLA flags: $(python3 -c "print(f'{($long - $short) / 200 * 1000:.2f}')") ms/step"
+    fi
+  done
+else
+  fail "no train.py at $train"
+fi
+
+exit $failed
