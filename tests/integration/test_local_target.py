@@ -497,12 +497,10 @@ def _interfaces(pid: int) -> set[str]:
 
 
 def test_every_lab_daemon_and_srun_listen_only_on_their_nodes_address(lab):
-    """slurmctld, each slurmd, each sshd and an srun inside a batch job: none on 0.0.0.0 or ::.
-    Each node has its own network namespace, so its sockets are in its own /proc/PID/net.
-    The controller's accounting is the one exception, and it stays inside the node: slurmdbd
-    has no setting for the address it listens on (its port is open on every address of its
-    network namespace, which holds only lo and the node's eth0), and MariaDB listens on the
-    node's own loopback."""
+    """slurmctld, slurmdbd, each slurmd, each sshd and an srun inside a batch job: none on 0.0.0.0 or ::.
+    Each node has its own network namespace, so its sockets are in its own /proc/PID/net. The
+    controller's slurmdbd listens on the node's address too; its MariaDB only on the node's own
+    loopback, which nothing outside the node reaches."""
     state = json.load(open(os.path.join(lab.path, "lab", "state.json")))
     first = lab.slurm("sinfo", "-h", "-N", "-p", "debug", "-o", "%N").stdout.split()[0]
     job = lab.slurm("sbatch", "--parsable", "-N1", "-w", first, "-p", "debug", "-o", "/dev/null",
@@ -521,9 +519,9 @@ def test_every_lab_daemon_and_srun_listen_only_on_their_nodes_address(lab):
             pid = int(open(os.path.join(lab.path, "lab", "nodes", node["name"], "pid")).read())
             socks = _listening(pid)
             assert _interfaces(pid) == {"lo", "eth0"}, node["name"]
-            if node["role"] == "controller":
-                assert {("0.0.0.0", dbd_port), ("127.0.0.1", 3306)} <= socks, socks
-                socks -= {("0.0.0.0", dbd_port), ("127.0.0.1", 3306)}
+            if node["role"] == "controller":  # slurmdbd on its address; MariaDB on its own loopback
+                assert {(node["addr"], dbd_port), ("127.0.0.1", 3306)} <= socks, socks
+                socks -= {("127.0.0.1", 3306)}
             seen[node["name"]] = socks
             assert socks, f"{node['name']} listens on nothing"
             for addr, port in socks:

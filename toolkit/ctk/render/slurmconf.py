@@ -431,6 +431,10 @@ class DbdLayout:
     log_file: str
     pid_file: str
     auth_info: str | None = None  # AuthInfo (munged's socket), where it is not the default
+    # Listen only on the address dbd_host resolves to, never on every interface, as slurm.conf's
+    # NoInAddrAny does for slurmd (slurmdbd 24.11 takes it from slurmdbd.conf's own
+    # CommunicationParameters, though slurmdbd.conf(5) lists only the IPv6 and keepalive options).
+    bind_own_address: bool = False
 
 
 def render_slurmdbd_conf(dep: Deployment, dbd: DbdLayout) -> str:
@@ -444,6 +448,8 @@ def render_slurmdbd_conf(dep: Deployment, dbd: DbdLayout) -> str:
                ("StoragePort", str(dbd.storage_port)), ("StorageUser", dbd.storage_user),
                ("StoragePass", dbd.storage_pass), ("StorageLoc", "slurm_acct_db"),
                ("LogFile", dbd.log_file), ("PidFile", dbd.pid_file)]
+    if dbd.bind_own_address:
+        params.append(("CommunicationParameters", "NoInAddrAny"))
     return _header(dep) + "\n" + "\n".join(f"{k}={v}" for k, v in params) + "\n"
 
 

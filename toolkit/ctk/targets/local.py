@@ -228,7 +228,7 @@ def slurmdbd_conf(plan: LabPlan, ldir: str) -> str:
     return render_slurmdbd_conf(plan.dep, DbdLayout(
         dbd_host=plan.controller.name, dbd_port=leases.port(plan.n, DBD_PORT_SLOT),
         storage_host="127.0.0.1", storage_port=DB_PORT, storage_user="slurm", storage_pass=password,
-        log_file="/var/log/slurm/slurmdbd.log", pid_file="/run/slurmdbd.pid"))
+        log_file="/var/log/slurm/slurmdbd.log", pid_file="/run/slurmdbd.pid", bind_own_address=True))
 
 
 # The controller's database: made on its first boot in lab/slurmdbd, then served on the
