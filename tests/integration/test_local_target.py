@@ -232,6 +232,23 @@ def test_the_lab_stacks_jaxlib_accepts_every_xla_flag_the_templates_emit(lab):
     assert_jaxlib_accepts_template_xla_flags(lab, "labdebugnodeset-0")
 
 
+def test_a_deployment_named_by_a_relative_path_works(lab):
+    """`ctk deploy BP -o lab` then `ctk status lab`, `ctk exec lab ...` and `ctk job submit
+    --deployment lab`, from the folder that holds it (as make demo does)."""
+    parent, name = os.path.split(lab.path)
+
+    def rel(*args):
+        return subprocess.run([sys.executable, "-m", "ctk", *args], capture_output=True, text=True, cwd=parent,
+                              env={**os.environ, **lab.env}, timeout=300)
+
+    r = rel("status", name, "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["controller_reachable"], r.stdout + r.stderr
+    r = rel("exec", name, "labdebugnodeset-1", "--", "hostname")
+    assert r.returncode == 0 and r.stdout.strip() == "labdebugnodeset-1", r.stderr
+    r = rel("job", "submit", "jax-train", "--deployment", name, "--set", "partition=debug", "--wait", "--", "true")
+    assert r.returncode == 0, r.stderr
+
+
 def test_redeploy_without_change_restarts_nothing(lab):
     before = lab.node_pids()
     r = lab.ctk("deploy", LAB, "-o", lab.path, "--json")

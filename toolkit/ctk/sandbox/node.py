@@ -142,7 +142,7 @@ def exec_argv(state_dir: str, argv: list[str], cwd: str = "/", env: dict[str, st
     pid = node_pid(state_dir)
     if not pid:
         raise DaemonError(f"node at {state_dir} is not running")
-    root = os.path.join(state_dir, "root")
+    root = os.path.join(os.path.abspath(state_dir), "root")  # chroot runs in the node's mount namespace
     extra = [f"{k}={v}" for k, v in (env or {}).items()]
     return ["nsenter", "-t", str(pid), "-m", "-u", "-p", "-n", "--", "chroot", root,
             "/usr/bin/env", "-i", f"--chdir={cwd}", f"PATH={NODE_PATH}", "HOME=/root", "LANG=C.UTF-8",
