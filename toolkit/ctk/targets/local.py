@@ -606,12 +606,14 @@ def deploy_local(dep: Deployment, deployment_dir: str, *, max_nodes: int = DEFAU
         # Stop what this run started; what was already running before stays as it was.
         for sd in started_now:
             nodes.stop(sd)
-        if not old:
+        if not old:  # nothing of this lab ran before: give back its network and its lease too
             _stop_all(deployment_dir)
             try:
                 os.unlink(os.path.join(lab_dir(deployment_dir), "state.json"))
             except FileNotFoundError:
                 pass
+            netns.remove_lab(n)
+            leases.release(deployment_dir)
         else:
             _save_state(deployment_dir, old)
         raise
