@@ -45,6 +45,7 @@ def lab_build(state):
     """`ctk image build blueprints/lab.yaml` into the fresh store: builds and verifies."""
     r = ctk("image", "build", LAB, "--json", env={"CTK_STATE_DIR": state})
     assert r.returncode == 0, r.stderr[-3000:]
+    start_accel_builds(state)  # the GPU and TPU images reuse its base, common, munge and slurm layers
     return json.loads(r.stdout)[0]
 
 
@@ -90,6 +91,8 @@ def slurm_image(state):
             timings.append(f"  {base}: base {t1 - t0:.1f} s, roles {', '.join(SLURM_ROLES)} {r.seconds:.1f} s "
                            f"(built: {', '.join(r.built) or 'none'}; cached: {', '.join(r.cached) or 'none'})")
             built[base] = r.image
+            if base == "debian-13":
+                start_accel_builds(state)  # they reuse its base, common, munge and slurm layers
         return built[base]
 
     yield get
@@ -119,9 +122,12 @@ def slurm(request, tmp_path_factory):
 
 # ---- accelerator images, built in the background ------------------------------------------
 # The GPU lab's image (a kernel, the NVIDIA driver's DKMS build, the CUDA 12 wheels) and the TPU
-# lab's take most of ten minutes to build, mostly downloads, unpacking and one compiler run: they
-# are built at the lowest CPU and I/O priority in their own store, beside the other tests, from
-# the moment the session's tests are collected; the tests that use them run last and wait.
+# lab's take minutes to build, mostly downloads, unpacking and one compiler run: they are built at
+# the lowest CPU and I/O priority in their own store, beside the other tests. That store starts
+# with the session store's finished layers (hard links: layers never change once committed), so
+# the base and the common, munge and slurm layers the lab image has are not built twice; the
+# build starts as soon as the session has them (or when its tests ask first). The tests that
+# use the images run last and wait.
 ACCEL_BLUEPRINTS = ("gpu-lab.yaml", "tpu-lab.yaml")
 ACCEL_MODULE = "test_accelerator_images.py"
 _accel: dict = {}
@@ -132,13 +138,26 @@ def pytest_collection_finish(session):
         return
     if any(not shutil.which(t, path="/usr/sbin:/usr/bin:/sbin:/bin") for t in IMAGE_TOOLS):
         return  # the module skips, saying why
-    state = os.environ.get("CTK_TEST_STATE_DIR") or str(session.config._tmp_path_factory.mktemp("ctk-accel-state"))
+    _accel["state"] = os.environ.get("CTK_TEST_STATE_DIR") or str(
+        session.config._tmp_path_factory.mktemp("ctk-accel-state"))
+
+
+def start_accel_builds(seed_from: str | None = None) -> None:
+    """Start the background builds (once), first linking SEED_FROM's finished layers in."""
+    if "state" not in _accel or "proc" in _accel:
+        return
+    state = _accel["state"]
+    if seed_from and os.path.realpath(seed_from) != os.path.realpath(state):
+        src, dst = Store(seed_from), Store(state)
+        for key in os.listdir(src.layers):
+            if src.has(key) and not os.path.exists(dst.layer_dir(key)):
+                subprocess.run(["cp", "-al", src.layer_dir(key), dst.layer_dir(key)], check=True)
     logs = os.path.join(state, "accel-builds")
     os.makedirs(logs, exist_ok=True)
     script = " && ".join(
         f"{sys.executable} -m ctk image build {os.path.join(paths.BLUEPRINTS, bp)} --json > {logs}/{bp}.json 2> {logs}/{bp}.log"
         for bp in ACCEL_BLUEPRINTS)
-    _accel.update(state=state, logs=logs, t0=time.monotonic(),
+    _accel.update(logs=logs, t0=time.monotonic(),
                   proc=subprocess.Popen(["nice", "-n", "19", "ionice", "-c", "3", "sh", "-c", script],
                                         env={**os.environ, "CTK_STATE_DIR": state}, start_new_session=True))
 
@@ -156,11 +175,12 @@ def pytest_sessionfinish(session):
 
 
 @pytest.fixture(scope="session")
-def accel_images():
+def accel_images(state):
     """{blueprint: its `ctk image build --json` result}, and the store they are in, once the
     background builds are done; a failed build fails the test with its log."""
-    if "proc" not in _accel:
-        pytest.fail("the accelerator images' background build did not start (see pytest_collection_finish)")
+    if "state" not in _accel:
+        pytest.fail("no store for the accelerator images (see pytest_collection_finish)")
+    start_accel_builds(state)
     rc = _accel["proc"].wait()
     waited = time.monotonic() - _accel["t0"]
     out = {}

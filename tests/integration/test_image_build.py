@@ -44,7 +44,7 @@ def test_debian_13_image_builds_and_verifies(slurm_image, state):
     store = Store(state)
     assert store.image(name)["spec"]["base"] == "debian-13"
     v = verify_image(name, store, Progress(quiet=True))
-    assert v.passed > 0 and v.skipped == 1, v.summary  # only the JAX check: no jax role
+    assert v.passed > 0 and v.skipped == 2, v.summary  # only the JAX and CUDA checks: no jax role
     recaps = rerun_roles(name, store, Progress(quiet=True))
     assert set(recaps) == {"common", "munge", "slurm"}
     for role, (ok, changed) in recaps.items():
