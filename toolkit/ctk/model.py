@@ -215,6 +215,12 @@ class Deployment:
                 return ns
         raise KeyError(name)
 
+    def image_of(self, ns: Nodeset) -> "ImageSpec | None":
+        """The image a nodeset's nodes boot: the one it names, else the deployment's only one."""
+        if ns.image:
+            return next((img for img in self.images if img.name == ns.image), None)
+        return self.images[0] if len(self.images) == 1 else None
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 

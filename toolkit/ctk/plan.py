@@ -321,7 +321,6 @@ def _accelerator_rules(exp: Expanded, dep: Deployment, c: Collector, stacks: dic
     generation the image's driver cannot run, at the nodeset's machine type; Transformer Engine
     without a CUDA toolkit of its stack's major version, at its setting."""
     doc = exp.blueprint.doc
-    by_name = {img.name: img for img in dep.images}
     for img in dep.images:
         if img.source != "ctk/image":  # Cluster Toolkit's images bring their own driver
             continue
@@ -342,7 +341,7 @@ def _accelerator_rules(exp: Expanded, dep: Deployment, c: Collector, stacks: dic
             _transformer_engine(exp, em, img, stack, c)
     for ns in dep.nodesets:
         need = GPU_NEEDS.get(ns.gpu_type or "")
-        img = by_name.get(ns.image or "") or (dep.images[0] if len(dep.images) == 1 and not ns.image else None)
+        img = dep.image_of(ns)
         if need is None or img is None or img.source != "ctk/image" or "nvidia_driver" not in img.roles:
             continue
         generation, floor, module = need

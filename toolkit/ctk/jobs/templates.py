@@ -415,9 +415,7 @@ def pick_nodeset(cluster: Deployment, nodeset: str | None) -> tuple[Nodeset, str
 def stack_python(cluster: Deployment, nodeset: str | None) -> str | None:
     """The Python of the JAX stack on the nodes of NODESET (default: as pick_nodeset), or None
     when their image has no stack."""
-    ns, _ = pick_nodeset(cluster, nodeset)
-    images = {img.name: img for img in cluster.images}
-    img = images.get(ns.image) if ns.image else (cluster.images[0] if len(cluster.images) == 1 else None)
+    img = cluster.image_of(pick_nodeset(cluster, nodeset)[0])
     return img.python if img is not None else None
 
 

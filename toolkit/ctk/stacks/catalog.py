@@ -154,10 +154,6 @@ def normalize(dist: str) -> str:
     return re.sub(r"[-_.]+", "-", dist.split("[", 1)[0]).lower()
 
 
-def _version_tuple(v: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in v.split("."))
-
-
 def _matches(spec: str, version: str) -> bool:
     """Does version satisfy `==spec` (spec may end in '.*')?"""
     if spec.endswith(".*"):
@@ -239,7 +235,7 @@ def stack_problems(stack: Stack, c: Collector) -> None:
             _add(c, stack, f"min_driver is missing; jax[{stack.accelerator}] needs driver >= {floor}")
         elif not DRIVER_RE.match(str(stack.min_driver)):
             _add(c, stack, f"min_driver '{stack.min_driver}' is not a driver version like {floor}")
-        elif _version_tuple(str(stack.min_driver)) < _version_tuple(floor):
+        elif python_tuple(str(stack.min_driver)) < python_tuple(floor):
             _add(c, stack, f"min_driver {stack.min_driver} is below {floor}, the oldest NVIDIA driver "
                            f"jax[{stack.accelerator}] supports", f"min_driver: \"{floor}\" or later")
     elif stack.min_driver is not None:

@@ -23,6 +23,7 @@ import yaml
 
 from .. import paths
 from ..model import BASES
+from .catalog import python_tuple  # "550.163.01" -> (550, 163, 1), as for Python versions
 
 # Ansible's names (ansible_facts['distribution']) for the distributions of ctk's bases.
 ANSIBLE_DISTRIBUTION = {"debian": "Debian", "ubuntu": "Ubuntu", "rocky": "Rocky"}
@@ -49,7 +50,7 @@ class Driver:
     source: str  # where it comes from, in words
 
     def at_least(self, floor: str) -> bool:
-        return version_tuple(self.version) >= version_tuple(floor)
+        return python_tuple(self.version) >= python_tuple(floor)
 
 
 @dataclass(frozen=True)
@@ -61,10 +62,6 @@ class Toolkit:
     @property
     def major(self) -> int:
         return int(self.version.split(".")[0])
-
-
-def version_tuple(v: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in str(v).split(".") if p.isdigit())
 
 
 def _vars_files(base: str) -> list[str]:
@@ -115,6 +112,6 @@ def bases_with_toolkit(major: int, floor: str = TE_MIN_CUDA) -> list[str]:
     out = []
     for name in BASES:
         t = cuda_toolkit(name)
-        if t is not None and t.major == major and version_tuple(t.version) >= version_tuple(floor):
+        if t is not None and t.major == major and python_tuple(t.version) >= python_tuple(floor):
             out.append(name)
     return out

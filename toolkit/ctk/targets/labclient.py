@@ -51,7 +51,7 @@ def client_dir(deployment_dir: str) -> str:
     state = load_state(deployment_dir)
     if state is None:
         raise UserError(f"{deployment_dir} has no running lab", hint=f"ctk deploy BLUEPRINT -o {deployment_dir}")
-    return os.path.join(os.path.abspath(lab_dir(deployment_dir)), "nodes", client_node(state["nodes"]))
+    return os.path.join(lab_dir(deployment_dir), "nodes", client_node(state["nodes"]))
 
 
 def slurm(deployment_dir: str, *argv: str, timeout: float = 30, check: bool = True, cwd: str = "/",
