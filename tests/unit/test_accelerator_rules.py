@@ -136,6 +136,30 @@ def test_transformer_engine_needs_a_cuda_toolkit_of_its_stacks_major_version(wri
     assert rc == 2 and "needs a CUDA stack" in out["errors"][0]["message"]
 
 
+def test_transformer_engine_is_a_release_ctk_knows_and_has_a_lock_for(write, tmp_path):
+    roles = "[common, munge, slurm, nvidia_driver, cuda, jax]"
+    bp = blueprint(write, roles=roles, extra='transformer_engine: "2.19.0"')
+    rc, out = validate(bp)
+    assert rc == 2
+    [err] = out["errors"]
+    assert err["line"] == line_of(bp, "transformer_engine:")
+    assert "2.19.0 is not a release ctk knows" in err["message"] and "2.20.2" in err["hint"]
+    # The shipped lock of jax-cuda12 with 2.20.2 for Python 3.13 is what makes it valid: a catalog
+    # copy without it is refused, naming the command that makes it.
+    catalog = tmp_path / "catalog"
+    os.makedirs(catalog / "locks" / "jax-cuda12")
+    with open(catalog / "stacks.yaml", "w") as f:
+        f.write(open(os.path.join(paths.IMAGES, "stacks.yaml")).read())
+    for name in ("py3.12.txt", "py3.13.txt"):
+        with open(catalog / "locks" / "jax-cuda12" / name, "w") as f:
+            f.write(open(os.path.join(paths.IMAGES, "locks", "jax-cuda12", name)).read())
+    rc, out = validate(blueprint(write, roles=roles, extra='transformer_engine: "2.20.2"'),
+                       env={"CTK_STACKS": str(catalog / "stacks.yaml")})
+    assert rc == 2, out
+    assert "no current lock for Python 3.13 with Transformer Engine 2.20.2" in out["errors"][0]["message"]
+    assert out["errors"][0]["hint"] == "make it: ctk stack lock jax-cuda12 --python 3.13 --transformer-engine 2.20.2"
+
+
 def test_a_libtpu_that_is_not_the_one_of_the_stacks_jax_fails_validate(write, tmp_path):
     catalog = yaml.safe_load(open(os.path.join(paths.IMAGES, "stacks.yaml")))
     catalog["stacks"]["jax-tpu"]["pins"]["libtpu"] = "0.0.42.1"  # jax 0.10.2's, not 0.12.0.1's
@@ -146,3 +170,19 @@ def test_a_libtpu_that_is_not_the_one_of_the_stacks_jax_fails_validate(write, tm
                        env={**ENV, "CTK_STACKS": str(path)}, timeout=60)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert f"{path}:" in r.stderr and "libtpu 0.0.42.1 is not the libtpu jax 0.12.0.1 was released with (0.0.50.*)" in r.stderr
+
+
+def test_dcgm_is_refused_where_nvidia_publishes_none_and_without_the_driver(write):
+    """DCGM is in NVIDIA's CUDA repository for Debian 12, Ubuntu and RHEL/Rocky, not for Debian 13,
+    and Debian's archive has none: refused at the image's roles line, naming where it exists."""
+    bp = blueprint(write, roles="[common, munge, slurm, nvidia_driver, dcgm, jax]")
+    rc, out = validate(bp)
+    assert rc == 2
+    [err] = out["errors"]
+    assert err["line"] == line_of(bp, "roles:")
+    assert "no DCGM packages for base debian-13" in err["message"] and "debian-12" in err["hint"]
+    rc, out = validate(blueprint(write, roles="[common, munge, slurm, dcgm, nvidia_driver, jax]"))
+    assert rc == 2 and "put nvidia_driver before it" in out["errors"][0]["message"]
+    rc, out = validate(blueprint(write, base="debian-12", stack="jax-cuda12-0.10",
+                                 roles="[common, munge, slurm, nvidia_driver, dcgm, jax]"))
+    assert rc == 0, out

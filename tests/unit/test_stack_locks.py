@@ -170,6 +170,41 @@ def test_the_jax_layer_key_follows_the_lock_text(catalog_copy):
     assert after[-1].variables["jax_stack_locks"] == {"3.11": path.read_text()}
 
 
+def test_a_stack_locked_with_transformer_engine_holds_its_wheels_and_names_its_source():
+    """The stack and Transformer Engine as one closure: the stack's pins, TE's two wheels at its
+    release, what its JAX extension needs to build; the extension itself as a source with its
+    sha256 in the header (PyPI has no wheel of it). An image that asks for TE installs this lock,
+    and the jax role is told what to build."""
+    from ctk.stacks import te
+    stack = load_stacks()["jax-cuda12"]
+    spec = ImageSpec(name="img", module_id="img", base="debian-13", stack="jax-cuda12",
+                     roles=["common", "nvidia_driver", "cuda", "jax"], transformer_engine="2.20.2")
+    lock = image_lock(spec, stack)
+    assert lock.path == CATALOG.parent / "locks" / "jax-cuda12" / "py3.13-te2.20.2.txt" and lock.te == "2.20.2"
+    v = lock.versions
+    assert v["transformer-engine"] == v["transformer-engine-cu12"] == "2.20.2"
+    assert {"pybind11", "setuptools", "nvidia-cudnn-frontend", "nvidia-cudnn-cu12", "nvidia-nccl-cu12"} <= set(v)
+    assert te.SOURCE_DIST not in v  # built, not downloaded as a wheel
+    plain = read_lock(stack, "3.13").versions
+    assert {k: v[k] for k in plain} == plain  # the stack's closure is not moved by adding TE
+    [src] = lock.sources
+    assert src.startswith("transformer-engine-jax==2.20.2 --hash=sha256:") and len(src.split(":")[-1]) == 64
+    assert parse_header(lock.text)["transformer-engine"] == "2.20.2"
+    [jax_layer] = [lp for lp in plan_layers(spec, "base-0", stack) if lp.role == "jax"]
+    assert jax_layer.variables["jax_transformer_engine"] == {"version": "2.20.2", "sources": {"3.13": src}}
+    without = plan_layers(ImageSpec(**{**vars(spec), "transformer_engine": None}), "base-0", stack)
+    assert without[-1].key != jax_layer.key and "jax_transformer_engine" not in without[-1].variables
+
+
+def test_a_transformer_engine_lock_that_lost_its_source_is_stale(catalog_copy):
+    stack = load_stacks(catalog_copy)["jax-cuda12"]
+    path = lock_path(stack, "3.13", te="2.20.2")
+    path.write_text("".join(ln for ln in path.read_text().splitlines(True) if not ln.startswith("# source:")))
+    assert lock_state(stack, "3.13", "2.20.2") == "stale"
+    assert lock_problems(stack, read_lock(stack, "3.13", "2.20.2")) == [
+        "the lock names no source of transformer-engine-jax 2.20.2"]
+
+
 def test_the_default_images_stacks_fit_their_bases():
     """The model's default image, the local target's and the ssh target's fallback: each stack
     is locked for its base's Python (moving a default base means moving its stack too)."""

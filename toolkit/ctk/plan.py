@@ -16,7 +16,10 @@ from .modules import is_remote
 from .modules.ctk_kinds import SERVICE_MANAGERS, SSH_HOST_KEYS, SSH_ROLES
 from .modules.machines import accelerator_gpu, lookup_machine, lookup_tpu
 from .stacks import Stack, load_stacks, newest_for, python_tuple
-from .stacks.drivers import GPU_NEEDS, TE_MIN_CUDA, bases_with_driver, bases_with_toolkit, cuda_toolkit, image_driver
+from .stacks.drivers import (GPU_NEEDS, TE_MIN_CUDA, bases_with_dcgm, bases_with_driver, bases_with_toolkit,
+                             cuda_toolkit, has_dcgm, image_driver)
+from .stacks.lock import lock_command, lock_path, lock_state
+from .stacks.te import RELEASES as TE_RELEASES
 
 _CT_PARTITION_RE = re.compile(r"^[a-z][a-z0-9]*$")
 # A host's name is its hostname and Slurm NodeName: one DNS label.
@@ -339,6 +342,8 @@ def _accelerator_rules(exp: Expanded, dep: Deployment, c: Collector, stacks: dic
                       if x))
         if img.transformer_engine:
             _transformer_engine(exp, em, img, stack, c)
+        if "dcgm" in img.roles:
+            _dcgm(exp, em, img, stack, c)
     for ns in dep.nodesets:
         need = GPU_NEEDS.get(ns.gpu_type or "")
         img = dep.image_of(ns)
@@ -368,6 +373,10 @@ def _transformer_engine(exp: Expanded, em: ExpandedModule, img: ImageSpec, stack
         c.add(f"Transformer Engine {te} needs a CUDA stack; stack {stack.name} is for {stack.accelerator}", pos,
               "use a jax-cuda12 stack, or leave transformer_engine out")
         return
+    if te not in TE_RELEASES:
+        c.add(f"Transformer Engine {te} is not a release ctk knows how to build", pos,
+              f"known: {', '.join(TE_RELEASES)}")
+        return
     major = int(stack.accelerator[len("cuda"):])
     toolkit = cuda_toolkit(img.base)
     fits = bases_with_toolkit(major)
@@ -381,6 +390,26 @@ def _transformer_engine(exp: Expanded, em: ExpandedModule, img: ImageSpec, stack
         c.add(f"Transformer Engine {te} is built at image build time against the CUDA toolkit: image "
               f"'{img.name}' needs the cuda role", doc.pos(em.module.path + (("settings", "roles") if "roles" in em.explicit else ("id",))),
               "add cuda to its roles, before jax")
+        return
+    py = base_python(img.base)
+    if py and stack.supports(py) and lock_state(stack, py, te) != "ok":
+        c.add(f"stack {stack.name} has no current lock for Python {py} with Transformer Engine {te} "
+              f"({lock_path(stack, py, te=te)})", pos, f"make it: {lock_command(stack, py, te)}")
+
+
+def _dcgm(exp: Expanded, em: ExpandedModule, img: ImageSpec, stack: Stack | None, c: Collector) -> None:
+    """The dcgm role: after the driver, on a base NVIDIA publishes DCGM for, with a CUDA stack
+    (DCGM 4's packages are per CUDA major)."""
+    pos = exp.blueprint.doc.pos(em.module.path + (("settings", "roles") if "roles" in em.explicit else ("id",)))
+    roles = img.roles
+    if "nvidia_driver" not in roles or roles.index("nvidia_driver") > roles.index("dcgm"):
+        c.add(f"image '{img.name}': the dcgm role needs the NVIDIA driver: put nvidia_driver before it", pos)
+    elif not has_dcgm(img.base):
+        c.add(f"image '{img.name}': NVIDIA publishes no DCGM packages for base {img.base} (Debian's archive "
+              "has none either)", pos, f"leave out dcgm, or build on {', '.join(bases_with_dcgm())}")
+    elif stack is not None and not stack.accelerator.startswith("cuda"):
+        c.add(f"image '{img.name}': the dcgm role installs DCGM for a CUDA stack; stack {stack.name} is for "
+              f"{stack.accelerator}", pos)
 
 
 def _image_of(em: ExpandedModule, images: dict[str, str]) -> str | None:

@@ -30,6 +30,9 @@ def add_parsers(sub) -> None:
     p.add_argument("--python", metavar="X.Y", help="lock only for this Python version")
     p.add_argument("-o", "--out", metavar="DIR",
                    help="write the locks under DIR/STACK/ (default: the locks folder beside the catalog)")
+    p.add_argument("--transformer-engine", metavar="VERSION", dest="te",
+                   help="lock the stack (a CUDA one) with this Transformer Engine release, into "
+                        "locks/STACK/pyX.Y-teVERSION.txt, for images that set transformer_engine")
     p.add_argument("-q", "--quiet", action="store_true", help="print only the result")
     p.set_defaults(run=lock)
 
@@ -44,7 +47,7 @@ def list_(args) -> int:
 def lock(args) -> int:
     from ..stacks.commands import lock as lock_stacks
 
-    for r in lock_stacks(args.name, args.python, args.out, progress_of(args)):
+    for r in lock_stacks(args.name, args.python, args.out, progress_of(args), args.te):
         print(f"{r.stack} python {r.python}: {r.path} ({r.packages} packages, "
               f"{'written' if r.changed else 'unchanged'})")
     return EXIT_OK

@@ -25,6 +25,8 @@ from ..model import ImageSpec
 from ..progress import Progress
 from ..runner import CommandError, run
 from ..stacks import Lock, Stack, get_stack, image_lock, jax_role_vars, pip_target_args
+from ..stacks import te as te_
+from ..stacks.drivers import cuda_toolkit
 from . import buildnode, packer
 from .base import base_key as base_layer_key, ensure_base
 from .store import Store
@@ -43,6 +45,9 @@ class LayerPlan:
     key: str
     parent: str
     variables: dict
+    # The wheelhouse folder of the Transformer Engine JAX extension this (jax) layer installs,
+    # built there once per (release, CUDA toolkit, Python); None without Transformer Engine.
+    te_wheels: str | None = None
 
 
 @dataclass
@@ -73,6 +78,8 @@ def role_variables(spec: ImageSpec, role: str, stack: Stack, lock: Lock | None =
         return jax_role_vars(stack, [lock or image_lock(spec, stack)])
     if role == "slurm":
         return {"slurm_flavour": "all"}
+    if role == "dcgm":  # DCGM 4's packages are per CUDA major
+        return {"dcgm_cuda_major": te_.cuda_major(stack.accelerator) or 12}
     return {}
 
 
@@ -91,7 +98,11 @@ def plan_layers(spec: ImageSpec, base_key: str, stack: Stack) -> list[LayerPlan]
         digest = _files_digest([role_dir, playbook, os.path.join(paths.ansible_dir(), "roles", "common", "tasks")])
         desc = {"parent": parent, "role": role, "files": digest, "vars": variables, "version": LAYER_VERSION}
         key = f"{role}-" + hashlib.sha256(json.dumps(desc, sort_keys=True).encode()).hexdigest()[:16]
-        out.append(LayerPlan(role, key, parent, variables))
+        te_wheels = None
+        if role == "jax" and lock is not None and lock.te:
+            toolkit = cuda_toolkit(spec.base)
+            te_wheels = te_.wheel_key(lock.te, toolkit.version if toolkit else "none", lock.python)
+        out.append(LayerPlan(role, key, parent, variables, te_wheels))
         parent = key
     return out
 
@@ -152,10 +163,20 @@ def host_ca_bundle() -> str | None:
     return bundle if os.path.isfile(bundle) else None
 
 
-def _build_time_inputs(store: Store) -> tuple[dict, dict, list[dict]]:
+TE_WHEELS_IN_NODE = "/run/ctk-te-wheels"
+
+
+def te_wheel_dir(store: Store, key: str) -> str:
+    """Where the store keeps one built Transformer Engine JAX extension (see stacks.te)."""
+    return os.path.join(wheelhouse(store), "built", key)
+
+
+def _build_time_inputs(store: Store, te_wheels: str | None = None) -> tuple[dict, dict, list[dict]]:
     """What a build node gets from this machine that must not shape (or enter) a layer: the
-    host's CA bundle (for pip behind a TLS-intercepting proxy) and the store's wheelhouse.
-    Both sit under the node's /run, a tmpfs, so neither becomes part of a layer.
+    host's CA bundle (for pip behind a TLS-intercepting proxy), the store's wheelhouse, and for
+    a jax layer with Transformer Engine the wheelhouse folder its JAX extension is built into
+    (writable: the first build leaves the wheel there). All sit under the node's /run, a tmpfs,
+    so none becomes part of a layer.
 
     Returns (run_files, extra Ansible vars, bind mounts)."""
     pip_args = []
@@ -164,8 +185,13 @@ def _build_time_inputs(store: Store) -> tuple[dict, dict, list[dict]]:
     if bundle:
         run_files["ctk/ca-bundle.crt"] = {"src": bundle, "mode": "0644"}
         pip_args.append("--cert /run/ctk/ca-bundle.crt")
-    return (run_files, {"pip_extra_args": " ".join(pip_args), "jax_wheelhouse": WHEELHOUSE_IN_NODE},
-            [{"src": wheelhouse(store), "dest": WHEELHOUSE_IN_NODE, "ro": True}])
+    extra = {"pip_extra_args": " ".join(pip_args), "jax_wheelhouse": WHEELHOUSE_IN_NODE}
+    binds = [{"src": wheelhouse(store), "dest": WHEELHOUSE_IN_NODE, "ro": True}]
+    if te_wheels:
+        os.makedirs(te_wheel_dir(store, te_wheels), exist_ok=True)
+        extra["jax_te_wheel_dir"] = TE_WHEELS_IN_NODE
+        binds.append({"src": te_wheel_dir(store, te_wheels), "dest": TE_WHEELS_IN_NODE, "ro": False})
+    return run_files, extra, binds
 
 
 def _scrub_upper(upper: str) -> None:
@@ -179,9 +205,9 @@ def _scrub_upper(upper: str) -> None:
 
 
 def _apply_role(store: Store, node: buildnode.BuildNode, role: str, variables: dict, work: str,
-                log_path: str, progress: Progress) -> packer.BuildLog:
+                log_path: str, progress: Progress, te_wheels: str | None = None) -> packer.BuildLog:
     """Packer + Ansible: apply one role (install phase) to a running build node."""
-    run_files_vars = _build_time_inputs(store)[1]
+    run_files_vars = _build_time_inputs(store, te_wheels)[1]
     vars_file = os.path.join(work, f"vars-{role}.json")
     with open(vars_file, "w") as f:
         json.dump({"ctk_role": role, "ctk_phase": "install", **variables, **run_files_vars}, f)
@@ -229,7 +255,7 @@ def _seed_venv(store: Store, lp: LayerPlan) -> tuple[str, str] | None:
 def _build_layer(store: Store, image: str, lp: LayerPlan, lower_keys: list[str], progress: Progress) -> float:
     work = store.scratch(f"{lp.key}.build")
     t0 = time.monotonic()
-    run_files, _, binds = _build_time_inputs(store)
+    run_files, _, binds = _build_time_inputs(store, lp.te_wheels)
     extra = {}
     seed = _seed_venv(store, lp)
     if seed:
@@ -239,7 +265,7 @@ def _build_layer(store: Store, image: str, lp: LayerPlan, lower_keys: list[str],
     node = buildnode.boot(store.lowerdirs(lower_keys), work, run_files=run_files, binds=binds)
     log_path = _log_path(store, image, lp.role)
     try:
-        _apply_role(store, node, lp.role, {**lp.variables, **extra}, work, log_path, progress)
+        _apply_role(store, node, lp.role, {**lp.variables, **extra}, work, log_path, progress, lp.te_wheels)
     except packer.PackerError as e:
         raise ImageBuildError(f"image '{image}', layer '{lp.role}': {e}\n(full log: {log_path})") from None
     finally:
@@ -247,8 +273,10 @@ def _build_layer(store: Store, image: str, lp: LayerPlan, lower_keys: list[str],
     upper = node.upper
     _scrub_upper(upper)
     dt = time.monotonic() - t0
-    store.commit(lp.key, upper, {"kind": "role", "role": lp.role, "parent": lp.parent, "vars": lp.variables,
-                                 "seconds": round(dt, 1)})
+    meta = {"kind": "role", "role": lp.role, "parent": lp.parent, "vars": lp.variables, "seconds": round(dt, 1)}
+    if lp.te_wheels:
+        meta["te_wheels"] = lp.te_wheels
+    store.commit(lp.key, upper, meta)
     shutil.rmtree(work, ignore_errors=True)
     return dt
 
@@ -263,18 +291,34 @@ def rerun_roles(name: str, store: Store | None = None, progress: Progress | None
     if rec is None:
         raise UserError(f"no image '{name}'")
     work = store.scratch(f"rerun-{name}")
-    run_files, _, binds = _build_time_inputs(store)
+    te_wheels = next((store.meta(k).get("te_wheels") for k in rec["layers"][1:] if store.meta(k).get("te_wheels")), None)
+    run_files, _, binds = _build_time_inputs(store, te_wheels)
     node = buildnode.boot(store.lowerdirs(rec["layers"]), work, run_files=run_files, binds=binds)
     out = {}
     try:
         for key in rec["layers"][1:]:
             meta = store.meta(key)
             log = _apply_role(store, node, meta["role"], meta["vars"], work,
-                              _log_path(store, name, f"rerun-{meta['role']}"), progress)
+                              _log_path(store, name, f"rerun-{meta['role']}"), progress, meta.get("te_wheels"))
             out[meta["role"]] = (log.ok, log.changed)
     finally:
         node.stop()
         shutil.rmtree(work, ignore_errors=True)
+    return out
+
+
+def _te_record(store: Store, version: str, layers: list[LayerPlan]) -> dict:
+    """The image's Transformer Engine: its release, and the build of its JAX extension (the
+    wheel, its size, the seconds it took, from the wheelhouse's build.json)."""
+    key = next(lp.te_wheels for lp in layers if lp.te_wheels)
+    out = {"version": version, "wheels": key}
+    d = te_wheel_dir(store, key)
+    try:
+        with open(os.path.join(d, "build.json")) as f:
+            out["build"] = json.load(f)
+    except (OSError, ValueError):
+        pass
+    out["wheel"] = next((n for n in sorted(os.listdir(d)) if n.endswith(".whl")), None) if os.path.isdir(d) else None
     return out
 
 
@@ -305,6 +349,9 @@ def build_image(spec: ImageSpec, store: Store | None = None, progress: Progress 
         record = {"name": stack.name, "accelerator": stack.accelerator, "pins": dict(stack.pins)}
         if lock is not None:  # what the venv must hold, exactly: image verification checks it
             record.update(python=lock.python, lock=lock.versions)
+            if lock.te:
+                record["lock"] = {**lock.versions, te_.SOURCE_DIST: lock.te}
+                record["transformer_engine"] = _te_record(store, lock.te, layers)
         store.save_image(spec.name, {"name": spec.name, "layers": result.layers, "spec": vars(spec),
                                      "stack": record})
     result.seconds = time.monotonic() - t0

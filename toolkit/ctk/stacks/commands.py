@@ -9,7 +9,17 @@ from ctk.errors import UserError, did_you_mean
 from ctk.progress import Progress
 
 from .catalog import PYTHON_RE, Stack, default_path, load_stacks
-from .lock import compile_lock, lock_path, lock_problems, lock_state, parse_versions, read_lock, write_lock
+from .lock import (
+    check_te,
+    compile_lock,
+    lock_path,
+    lock_problems,
+    lock_state,
+    parse_versions,
+    read_lock,
+    te_locks,
+    write_lock,
+)
 
 
 def rows() -> list[dict]:
@@ -18,7 +28,8 @@ def rows() -> list[dict]:
     for s in load_stacks().values():
         out.append({"name": s.name, "accelerator": s.accelerator, "jax": s.jax, "python": list(s.pythons),
                     "min_driver": s.min_driver,
-                    "locks": {py: {"state": lock_state(s, py), "path": str(lock_path(s, py))}
+                    "locks": {py: {"state": lock_state(s, py), "path": str(lock_path(s, py)),
+                                   "transformer_engine": {te: lock_state(s, py, te) for te in te_locks(s, py)}}
                               for py in s.pythons}})
     return out
 
@@ -30,7 +41,8 @@ def list_text(as_json: bool) -> str:
         return json.dumps({"catalog": str(default_path()), "stacks": data}, indent=2) + "\n"
     lines = [f"{'NAME':<18} {'ACCEL':<7} {'JAX':<10} {'PYTHON':<11} LOCKS"]
     for r in data:
-        locks = ", ".join(f"{py} {v['state']}" for py, v in r["locks"].items())
+        locks = ", ".join(f"{py} {v['state']}" + "".join(f", {py}+te{te} {st}" for te, st in v["transformer_engine"].items())
+                          for py, v in r["locks"].items())
         lines.append(f"{r['name']:<18} {r['accelerator']:<7} {r['jax']:<10} {','.join(r['python']):<11} {locks}")
     return "\n".join(lines) + "\n"
 
@@ -67,14 +79,22 @@ def _targets(name: str | None, python: str | None) -> list[tuple[Stack, str]]:
     return out
 
 
-def lock(name: str | None, python: str | None, out_dir: str | None, progress: Progress) -> list[Locked]:
-    """Resolve each chosen stack for each of its Python versions and write its lock (each file
-    atomically, so an interrupted run leaves every lock whole, old or new)."""
+def lock(name: str | None, python: str | None, out_dir: str | None, progress: Progress,
+         te: str | None = None) -> list[Locked]:
+    """Resolve each chosen stack for each of its Python versions (with Transformer Engine TE,
+    for one named CUDA stack) and write its lock (each file atomically, so an interrupted run
+    leaves every lock whole, old or new)."""
+    if te is not None and name is None:
+        raise UserError("--transformer-engine needs the stack to lock with it",
+                        hint=f"for example: ctk stack lock jax-cuda12 --transformer-engine {te}")
+    targets = _targets(name, python)
+    if te is not None:
+        check_te(targets[0][0], te)
     done = []
-    for stack, py in _targets(name, python):
-        with progress.step(f"lock {stack.name} for Python {py}"):
-            text = compile_lock(stack, py, on_line=progress.task)
-            path, changed = write_lock(stack, py, text, out_dir)
+    for stack, py in targets:
+        with progress.step(f"lock {stack.name} for Python {py}" + (f" with Transformer Engine {te}" if te else "")):
+            text = compile_lock(stack, py, on_line=progress.task, te=te)
+            path, changed = write_lock(stack, py, text, out_dir, te)
         done.append(Locked(stack.name, py, str(path), changed, len(parse_versions(text))))
     return done
 
@@ -84,10 +104,11 @@ def check_locks() -> list[str]:
     problems = []
     for s in load_stacks().values():
         for py in s.pythons:
-            try:
-                lk = read_lock(s, py)
-            except UserError as e:
-                problems.append(e.message)
-                continue
-            problems += [f"{lk.path}: {p}" for p in lock_problems(s, lk)]
+            for te in [None, *te_locks(s, py)]:
+                try:
+                    lk = read_lock(s, py, te)
+                except UserError as e:
+                    problems.append(e.message)
+                    continue
+                problems += [f"{lk.path}: {p}" for p in lock_problems(s, lk)]
     return problems

@@ -98,6 +98,15 @@ def cuda_toolkit(base: str) -> Toolkit | None:
     return Toolkit(str(t["version"])) if isinstance(t, dict) else None
 
 
+def has_dcgm(base: str) -> bool:
+    """Does the dcgm role know where BASE gets DCGM (NVIDIA publishes it for some releases only)?"""
+    return bool(_role_vars(paths.ansible_dir(), "dcgm", base).get("__dcgm_packages"))
+
+
+def bases_with_dcgm() -> list[str]:
+    return [name for name in BASES if has_dcgm(name)]
+
+
 def bases_with_driver(floor: str, module: str | None = None) -> list[str]:
     """The bases whose driver is at least FLOOR (with that kernel module), in BASES order."""
     out = []
