@@ -70,14 +70,14 @@ demo: deps
 	@echo
 	@echo "The lab cluster is up. Use it: eval \"\$$(.venv/bin/ctk env lab)\"; sinfo  --  ctk status lab  --  stop it: .venv/bin/ctk destroy lab"
 
-# The accelerator images' tests (GPU and TPU lab images: a kernel, the NVIDIA driver's DKMS
-# build, 3 GB of CUDA wheels, built in the background beside the other tests) run with
-# `make test-accel`, not yet in `make test`: with them it took 27 of CI's 30 minutes here, and
-# the background build's load made the killed-slurmd training test miss its preemption line.
+# Every test, the accelerator images' too: the GPU and TPU lab images (a kernel, the NVIDIA
+# driver's DKMS build, 3 GB of CUDA wheels) build in the background beside the other tests, at
+# the lowest CPU and I/O priority, and their tests run last (tests/integration/conftest.py).
+# `make test-accel` runs only those.
 ACCEL_TESTS := tests/integration/test_accelerator_images.py
 
 test: testdeps
-	$(PY) -m pytest -q -p no:cacheprovider --durations=30 --ignore=$(ACCEL_TESTS) tests
+	$(PY) -m pytest -q -p no:cacheprovider --durations=30 tests
 
 test-accel: testdeps
 	$(PY) -m pytest -q -p no:cacheprovider --durations=10 $(ACCEL_TESTS)

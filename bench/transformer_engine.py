@@ -87,9 +87,12 @@ def main() -> None:
         bp = os.path.join(work, "te.yaml")
         with open(bp, "w") as f:
             f.write(BLUEPRINT)
+        t_start = time.time()
         full, r1 = build(state, bp)
         image = json.load(open(os.path.join(state, "images", "gpu-te.json")))
         te = image["stack"]["transformer_engine"]
+        wheel_dir = os.path.join(state, "wheelhouse", "built", te["wheels"])
+        compiled_now = os.path.getmtime(os.path.join(wheel_dir, "build.json")) >= t_start
         layers = {}
         for key in image["layers"][1:]:
             meta = json.load(open(os.path.join(state, "layers", key, "meta.json")))
@@ -117,10 +120,11 @@ def main() -> None:
         size = du(os.path.join(state, "layers", key))
         print(f"    layer {role:<14} {secs if secs is not None else '-':>7} s  {size / 1e6:8.0f} MB")
     b = te.get("build") or {}
-    print(f"  JAX extension {te['wheel']}: compiled in {b.get('seconds', '?')} s against CUDA "
-          f"{b.get('toolkit', '?')}, {b.get('bytes', 0) / 1e6:.1f} MB")
+    print(f"  JAX extension {te['wheel']}: {'compiled in this build' if compiled_now else 'taken from the wheelhouse; compiled earlier'}"
+          f" in {b.get('seconds', '?')} s against CUDA {b.get('toolkit', '?')}, {b.get('bytes', 0) / 1e6:.2f} MB")
     print(f"  jax layer rebuilt after one pin change, extension from the wheelhouse: {rebuild:.1f} s "
-          f"(built: {', '.join(r2['built'])}); the wheel was {'reused' if te2.get('build') == b else 'rebuilt'}")
+          f"(built: {', '.join(r2['built'])}); the wheel was {'reused' if te2.get('build') == b else 'compiled again'}")
+    print(f"  wheelhouse: {du(os.path.join(state, 'wheelhouse')) / 1e9:.2f} GB")
 
 
 if __name__ == "__main__":

@@ -132,6 +132,10 @@ def test_transformer_engine_needs_a_cuda_toolkit_of_its_stacks_major_version(wri
     assert rc == 0, out
     rc, out = validate(blueprint(write, extra=te))  # no cuda role: nothing to build it with
     assert rc == 2 and "needs the cuda role" in out["errors"][0]["message"]
+    rc, out = validate(blueprint(write, roles="[common, munge, slurm, nvidia_driver, jax, cuda]", extra=te))
+    assert rc == 2 and "needs the cuda role before jax" in out["errors"][0]["message"]
+    rc, out = validate(blueprint(write, roles="[common, munge, slurm, nvidia_driver, cuda]", extra=te))
+    assert rc == 2 and "has no jax role" in out["errors"][0]["message"]
     rc, out = validate(blueprint(write, roles=roles, stack="jax-cpu", extra=te))
     assert rc == 2 and "needs a CUDA stack" in out["errors"][0]["message"]
 

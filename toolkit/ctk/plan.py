@@ -386,10 +386,14 @@ def _transformer_engine(exp: Expanded, em: ExpandedModule, img: ImageSpec, stack
               f"(>= {TE_MIN_CUDA}); {have}", pos,
               f"build the image on {' or '.join(fits)}" if fits else f"no base ctk builds has a CUDA {major} toolkit")
         return
-    if "cuda" not in img.roles:
+    roles_pos = doc.pos(em.module.path + (("settings", "roles") if "roles" in em.explicit else ("id",)))
+    if "jax" not in img.roles:
+        c.add(f"Transformer Engine {te} goes into the JAX venv: image '{img.name}' has no jax role", roles_pos,
+              "add jax to its roles, or leave transformer_engine out")
+        return
+    if "cuda" not in img.roles or img.roles.index("cuda") > img.roles.index("jax"):
         c.add(f"Transformer Engine {te} is built at image build time against the CUDA toolkit: image "
-              f"'{img.name}' needs the cuda role", doc.pos(em.module.path + (("settings", "roles") if "roles" in em.explicit else ("id",))),
-              "add cuda to its roles, before jax")
+              f"'{img.name}' needs the cuda role before jax", roles_pos, "add cuda to its roles, before jax")
         return
     py = base_python(img.base)
     if py and stack.supports(py) and lock_state(stack, py, te) != "ok":

@@ -68,3 +68,19 @@ def test_a_tpu_stack_has_its_libtpu_and_its_flags(host, image):
     out = host.check_output("bash -lc 'echo $LIBTPU_INIT_ARGS'")
     assert "--xla_tpu_overlap_compute_collective_tc=true" in out
     assert host.check_output("LIBTPU_INIT_ARGS=--mine bash -lc 'echo $LIBTPU_INIT_ARGS'") == "--mine"
+
+
+def test_transformer_engine_loads_on_the_venvs_cuda_runtime(host, image):
+    """An image with Transformer Engine: its JAX extension (built by the jax role against the
+    image's CUDA toolkit) is installed and loads on its own, without jax having loaded its CUDA
+    libraries first, and every CUDA library the process maps is the venv's, not the toolkit's."""
+    te = image["stack"].get("transformer_engine")
+    if not te:
+        pytest.skip("the image has no Transformer Engine")
+    assert _installed(host)["transformer-engine-jax"] == te["version"]
+    script = ("import re, transformer_engine.jax, transformer_engine_jax\n"
+              "maps = open('/proc/self/maps').read()\n"
+              "print('\\n'.join(sorted(set(re.findall(r'\\S*/lib(?:cublas|cudart|nccl|cudnn)\\.so\\S*', maps)))))\n")
+    libs = host.check_output("/opt/ctk/jax/bin/python -c %s", script).split()
+    assert {"libcublas", "libcudart", "libnccl", "libcudnn"} <= {p.rsplit("/", 1)[1].split(".so")[0] for p in libs}, libs
+    assert all(p.startswith("/opt/ctk/jax/") for p in libs), libs
