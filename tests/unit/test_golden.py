@@ -1,8 +1,10 @@
 """Golden trees: `ctk create` of each blueprint in blueprints/ and of several Cluster Toolkit
 fixtures, compared file by file against checked-in expected folders (tests/golden/).
 
-For fixtures, expanded.yaml is compared by its SHA-256 digest rather than stored in full: the
-fixtures' text (startup scripts and all) stays in ../shared, not copied into this repository.
+For fixtures, expanded.yaml and gcp/blueprint.yaml are compared by their SHA-256 digests rather
+than stored in full: the fixtures' text (startup scripts and all) stays in ../shared, not copied
+into this repository. The gcp target's roles tarball (gcp/ctk-roles.tar.gz, reproducible byte for
+byte) is compared by its digest in every case.
 Regenerate after an intended change with CTK_UPDATE_GOLDEN=1 and review the diff.
 """
 
@@ -38,6 +40,10 @@ CASES.update({
 })
 
 
+DIGESTED = ("expanded.yaml", os.path.join("gcp", "blueprint.yaml"))  # for fixtures
+TARBALL = os.path.join("gcp", "ctk-roles.tar.gz")
+
+
 def tree(root: str, digest_expanded: bool) -> dict[str, str]:
     """The folder's files by relative path; `ansible/` (a verbatim copy of the repository's
     roles, checked separately) is left out."""
@@ -48,11 +54,11 @@ def tree(root: str, digest_expanded: bool) -> dict[str, str]:
         for f in files:
             p = os.path.join(dirpath, f)
             rel = os.path.relpath(p, root)
-            text = open(p, encoding="utf-8").read()
-            if digest_expanded and rel == "expanded.yaml":
-                out["expanded.yaml.sha256"] = hashlib.sha256(text.encode()).hexdigest() + "\n"
+            data = open(p, "rb").read()
+            if (digest_expanded and rel in DIGESTED) or rel == TARBALL:
+                out[rel + ".sha256"] = hashlib.sha256(data).hexdigest() + "\n"
             else:
-                out[rel] = text
+                out[rel] = data.decode("utf-8")
     return out
 
 

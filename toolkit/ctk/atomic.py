@@ -30,10 +30,13 @@ def write_file(path: str, data: str | bytes, mode: int = 0o644) -> None:
         raise
 
 
-def write_if_changed(path: str, text: str, mode: int = 0o644) -> bool:
-    """Write atomically unless the file already holds exactly this text and mode."""
+def write_if_changed(path: str, text: str | bytes, mode: int = 0o644) -> bool:
+    """Write atomically unless the file already holds exactly this text (or bytes) and mode."""
+    data = text.encode() if isinstance(text, str) else text
     try:
-        if open(path).read() == text and (os.stat(path).st_mode & 0o777) == mode:
+        with open(path, "rb") as f:
+            same = f.read() == data
+        if same and (os.stat(path).st_mode & 0o777) == mode:
             return False
     except FileNotFoundError:
         pass

@@ -199,7 +199,7 @@ class Deployment:
     deployment_name: str
     blueprint_name: str
     slurm_cluster_name: str
-    target: str = "local"  # local | ssh (a ctk/target/ssh module is present)
+    target: str = "local"  # local | ssh | gcp (a ctk/target/ssh or ctk/target/gcp module is present)
     images: list[ImageSpec] = field(default_factory=list)
     nodesets: list[Nodeset] = field(default_factory=list)
     partitions: list[Partition] = field(default_factory=list)
@@ -208,6 +208,8 @@ class Deployment:
     shared_fs: list[SharedFs] = field(default_factory=list)
     unsupported: list[Unsupported] = field(default_factory=list)
     ssh_hosts: list[SshHost] = field(default_factory=list)  # target "ssh": the machines
+    # target "gcp": the ctk/target/gcp module's settings (project_id, region, zone, ...)
+    gcp: dict[str, Any] = field(default_factory=dict)
 
     def nodeset(self, name: str) -> Nodeset:
         for ns in self.nodesets:

@@ -15,6 +15,7 @@ from .model import (BASES, BASE_PYTHON, DEFAULT_BASE, Controller, Deployment, Im
 from .modules import is_remote
 from .modules.ctk_kinds import SERVICE_MANAGERS, SSH_HOST_KEYS, SSH_ROLES
 from .modules.machines import accelerator_gpu, lookup_machine, lookup_tpu
+from .modules import slurm_gcp
 from .stacks import Stack, load_stacks, newest_for, python_tuple
 from .stacks.drivers import (GPU_NEEDS, TE_MIN_CUDA, bases_with_dcgm, bases_with_driver, bases_with_toolkit,
                              cuda_toolkit, has_dcgm, image_driver)
@@ -136,6 +137,7 @@ def plan(exp: Expanded, c: Collector, stacks: dict[str, Stack] | None = None) ->
             if dep.controller.slurm_auth:
                 auth_em = em
     stacks = load_stacks() if stacks is None else stacks
+    _gcp_target(exp, dep, c, doc)
     _stacks(exp, dep, c, stacks)
     _accelerator_rules(exp, dep, c, stacks)
     if dep.controller is None and (dep.partitions or dep.nodesets):
@@ -250,6 +252,8 @@ def _accelerator(img: ImageSpec, exp: Expanded, dep: Deployment) -> str:
     """The accelerator of the stack ctk picks for an image that names none: CPU for ctk's own
     images; CUDA 12 for a Cluster Toolkit image built on or for GPU machines."""
     if img.source == "ctk/image":
+        if dep.target == "gcp":  # slurm-gcp's images carry the driver: GPU nodes make it a GPU image
+            return "cuda12" if any(dep.image_of(ns) is img and ns.gpu_count for ns in dep.nodesets) else "cpu"
         return "cuda12" if "nvidia_driver" in img.roles else "cpu"
     em = exp.module(img.module_id)
     mt = lookup_machine(_str(em.get("machine_type"), "") or "")
@@ -330,6 +334,15 @@ def _accelerator_rules(exp: Expanded, dep: Deployment, c: Collector, stacks: dic
         em = exp.module(img.module_id)
         stack = stacks.get(img.stack)
         driver = image_driver(img.base) if "nvidia_driver" in img.roles else None
+        fam = slurm_gcp.family_for(img.base) if dep.target == "gcp" else None
+        if fam is not None and stack is not None and stack.min_driver and \
+                python_tuple(fam.driver) < python_tuple(stack.min_driver):
+            c.add(f"stack {stack.name} needs NVIDIA driver >= {stack.min_driver} (jax[{stack.accelerator}]'s CUDA "
+                  f"wheels); image '{img.name}' is built on {fam.family}, whose driver is {fam.driver}",
+                  _stack_pos(exp, em), "use " + (" or ".join(
+                      s.name for s in stacks.values() if s.accelerator == "cuda12"
+                      and s.supports(base_python(img.base) or "")) or "a CUDA 12 stack") + " on the gcp target")
+            continue
         if stack is not None and driver is not None and stack.min_driver and not driver.at_least(stack.min_driver):
             cuda12 = [s.name for s in stacks.values() if s.accelerator == "cuda12" and s.supports(base_python(img.base) or "")]
             others = [b for b in bases_with_driver(stack.min_driver) if b != img.base]
@@ -488,6 +501,50 @@ def _partition(em: ExpandedModule, by_id: dict[str, Nodeset], c: Collector, doc)
                      is_default=em.get("is_default") is True,
                      exclusive=exclusive is not False and not isinstance(exclusive, Deferred),
                      max_time=_str(max_time), oversubscribe=_str(over), conf=conf)
+
+
+# ---- the gcp target ------------------------------------------------------------------------
+
+def _gcp_target(exp: Expanded, dep: Deployment, c: Collector, doc) -> None:
+    """A ctk/target/gcp module: the cluster goes to Google Cloud, where ctk's images are built on
+    slurm-gcp's (which bring Slurm, munge and the NVIDIA driver). Each ctk/image must have a base
+    slurm-gcp publishes a family of, and may not ask for a role that image already brings."""
+    targets = [em for em in exp.modules if em.schema and em.schema.role == "gcp-target"]
+    if not targets:
+        return
+    for extra in targets[1:]:
+        c.add("a blueprint has one gcp target module", doc.pos(extra.module.path + ("id",)),
+              f"'{targets[0].id}' is already the target")
+    em = targets[0]
+    if any(m.schema and m.schema.role == "target" for m in exp.modules):
+        c.add("a blueprint goes to one target: it has both a gcp and an ssh target module",
+              doc.pos(em.module.path + ("id",)), "remove one of them")
+        return
+    dep.target = "gcp"
+    dep.gcp = {k: v for k in ("project_id", "region", "zone", "image_machine_type", "image_disk_size")
+               if (v := em.get(k)) is not None and not is_deferred(v)}
+    for img in dep.images:
+        if img.source != "ctk/image":
+            continue
+        iem = exp.module(img.module_id)
+        fam = slurm_gcp.family_for(img.base)
+        if fam is None:
+            where = iem.module.path + (("settings", "base") if "base" in iem.explicit else ("id",))
+            c.add(f"image '{img.name}': slurm-gcp publishes no image family for base {img.base} (the gcp "
+                  "target builds every image on one of slurm-gcp's)", doc.pos(where),
+                  f"bases with a slurm-gcp {slurm_gcp.RELEASE} family: {slurm_gcp.families_text()}")
+            continue
+        brought = [r for r in img.roles if r in slurm_gcp.BROUGHT_BY_IMAGE]
+        if not brought:
+            continue
+        if "roles" not in iem.explicit:  # the default roles: leave out what the image brings
+            img.roles = [r for r in img.roles if r not in slurm_gcp.BROUGHT_BY_IMAGE]
+            continue
+        c.add(f"image '{img.name}': {fam.family} already brings "
+              + "; ".join(slurm_gcp.BROUGHT_BY_IMAGE[r] for r in brought)
+              + f" (the roles {', '.join(brought)} would install another over it)",
+              doc.pos(iem.module.path + ("settings", "roles")),
+              f"leave {', '.join(brought)} out of roles on the gcp target")
 
 
 # ---- the ssh target ------------------------------------------------------------------------

@@ -19,7 +19,10 @@ def add_parsers(sub) -> None:
                        "layout is applied with `scontrol reconfigure`, a dead node is brought back. "
                        "With a ctk/target/ssh module (the ssh target) it configures the listed machines "
                        "over SSH with ctk's Ansible roles instead (install, then configure phase); "
-                       "re-running it changes nothing on an unchanged cluster.")
+                       "re-running it changes nothing on an unchanged cluster. With a ctk/target/gcp "
+                       "module (the gcp target) it writes DIR/gcp/, a Cluster Toolkit blueprint that "
+                       "builds the images on slurm-gcp's, and runs `gcluster deploy` on it when gcluster "
+                       "is on PATH (else it prints that command).")
     blueprint_args(p)
     p.add_argument("-o", "--out", metavar="DIR", help="deployment folder (default: ./DEPLOYMENT_NAME)")
     p.add_argument("--max-nodes", type=int, default=None, metavar="N",

@@ -139,5 +139,21 @@ SSH_TARGET = ModuleKind(
     outputs=(),
 )
 
+GCP_TARGET = ModuleKind(
+    source="ctk/target/gcp",
+    role="gcp-target",
+    doc="Deploy on Google Cloud (the gcp target): ctk writes a Cluster Toolkit blueprint that builds "
+        "its images on slurm-gcp's public images and the cluster from Cluster Toolkit's Slurm "
+        "modules, and gcluster deploys it.",
+    inputs=(
+        _in("project_id", "string", None, "Google Cloud project (null: give it to gcluster with --vars)."),
+        _in("region", "string", None, "Region of the cluster."),
+        _in("zone", "string", None, "Zone of the nodes and of the image builds."),
+        _in("image_machine_type", "string", "n2-standard-8", "Machine type of the VMs that build the images."),
+        _in("image_disk_size", "number", 50, "Boot disk of the built images, in GB."),
+    ),
+    outputs=(),
+)
+
 KINDS: dict[str, ModuleKind] = {k.source: k for k in (IMAGE, NODESET, PARTITION, CONTROLLER, LOGIN, SHARED_FS,
-                                                      SSH_TARGET)}
+                                                      SSH_TARGET, GCP_TARGET)}

@@ -2,6 +2,7 @@
 
     local   a real Slurm cluster on this machine, booted from the built images (targets.local)
     ssh     existing machines, configured over SSH by the same Ansible roles (targets.ssh)
+    gcp     Google Cloud: Cluster Toolkit's gcluster deploys the blueprint ctk writes (targets.gcp)
 
 A target is found by name through REGISTRY (the blueprint's target, or the one a deployment
 folder records); a new target is a module with a Target subclass and one line here.
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 REGISTRY = {
     "local": "ctk.targets.local:LocalTarget",
     "ssh": "ctk.targets.ssh:SshTarget",
+    "gcp": "ctk.targets.gcp:GcpTarget",
 }
 # The job cluster a deployment of a target hands to `ctk job`, where it lives apart from the
 # target's builders, so that a submit imports only it; other targets hand theirs through
@@ -32,8 +34,6 @@ REGISTRY = {
 JOB_CLUSTERS = {
     "local": "ctk.targets.labclient:job_cluster",
 }
-# Targets a blueprint may name that ctk plans and renders for, but does not deploy (yet).
-NOT_DEPLOYABLE = {"gcp": "Cluster Toolkit's gcluster deploys it; ctk renders its folder (ctk create)"}
 
 _loaded: dict[str, Target] = {}
 
@@ -44,9 +44,6 @@ def get(name: str) -> Target:
         return _loaded[name]
     spec = REGISTRY.get(name)
     if spec is None:
-        if name in NOT_DEPLOYABLE:
-            raise UserError(f"target {name!r} is not deployable by ctk: {NOT_DEPLOYABLE[name]}",
-                            hint="use the local or ssh target")
         raise UserError(f"unknown target {name!r}", hint=did_you_mean(name, REGISTRY) or f"targets: {', '.join(REGISTRY)}")
     module, cls = spec.split(":")
     _loaded[name] = getattr(importlib.import_module(module), cls)()

@@ -6,6 +6,8 @@ Layout:
     <group>/slurm/         slurm.conf, gres.conf, cgroup.conf (in the controller's group)
     <group>/<image>/       a Packer folder per image for building it on Google Cloud
                            (image.pkr.hcl, its variables, the roles' variables)
+    gcp/                   the gcp target's hand-off to Cluster Toolkit: blueprint.yaml for
+                           gcluster, the roles tarball it stages, README.md (render.gcluster)
     ansible/               the playbooks and roles those Packer folders run
     staged/                files named by ghpc_stage()
 """
@@ -21,19 +23,22 @@ from .. import atomic, paths
 from ..blueprint.expand import Expanded
 from ..errors import Failure, UserError
 from ..model import Deployment
+from ..render.gcluster import gcp_files
 from ..render.packer import image_folders
 from ..render.slurmconf import render_cgroup_conf, render_gres_conf, render_slurm_conf
 from ..yamlout import dump
 
 
-def artifacts(exp: Expanded, dep: Deployment) -> dict[str, str]:
-    """Every generated file, by folder-relative path (pure)."""
-    files = {
+def artifacts(exp: Expanded, dep: Deployment) -> dict[str, str | bytes]:
+    """Every generated file (text, or bytes for a tarball), by folder-relative path (pure)."""
+    files: dict[str, str | bytes] = {
         "expanded.yaml": dump(exp.to_blueprint()),
         "deployment.json": json.dumps(dep.to_dict(), indent=2) + "\n",
         **image_folders(exp, dep),
+        **gcp_files(exp, dep),
     }
-    if dep.controller is not None:
+    # On Google Cloud slurm-gcp writes slurm.conf itself: the gcp target gets none of ctk's.
+    if dep.controller is not None and dep.target != "gcp":
         group = exp.module(dep.controller.module_id).module.group if dep.controller.module_id \
             else exp.blueprint.groups[-1].name
         # A target that knows where the daemons listen (the ssh target's hosts) says so.
@@ -90,8 +95,8 @@ def create(exp: Expanded, dep: Deployment, out_dir: str, overwrite: bool = False
         for rel, text in artifacts(exp, dep).items():
             path = os.path.join(stage, rel)
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(path, "w") as f:
-                f.write(text)
+            with open(path, "wb") as f:
+                f.write(text.encode() if isinstance(text, str) else text)
         for rel, src in exp.staged.items():
             dest = os.path.join(stage, rel)
             if os.path.isdir(src):
