@@ -301,3 +301,9 @@ def test_deploy_with_gcluster_but_no_project_is_refused(tmp_path, capsys, monkey
     rc = main(["deploy", GCP_JAX, "-o", str(tmp_path / "dep")])
     assert rc == 2 and "project_id" in capsys.readouterr().err
     assert not (tmp_path / "gcluster.log").exists()
+
+
+def test_image_build_of_a_gcp_blueprint_is_refused(capsys):
+    assert main(["image", "build", GCP_JAX]) == 2
+    err = capsys.readouterr().err
+    assert "built on Google Cloud" in err and "gcluster deploy" in err
