@@ -1,7 +1,7 @@
 """Cluster Toolkit module kinds: input and output names as CT's modules declare them.
 
-The Slurm modules, the image builder and the startup script are declared in full
-(every variable of the module, deprecated ones included, so a misspelt setting is
+The Slurm modules, the image builder, the startup script and the vpc are declared in
+full (every variable of the module, deprecated ones included, so a misspelt setting is
 caught). Other CT modules ctk keeps but does not deploy are declared with
 `open_inputs=True` and their outputs only, so `use` wiring and `$(id.output)`
 references can still be checked.
@@ -474,6 +474,76 @@ STARTUP_SCRIPT = ModuleKind(
 )
 
 
+# The network of nearly every Slurm blueprint: ctk keeps it for the gcp target and does not
+# deploy it, but declares its inputs in full, so a misspelt setting is caught here too.
+VPC = ModuleKind(
+    source="modules/network/vpc",
+    role="",
+    doc="A VPC network with subnetworks, NAT and firewall rules.",
+    inputs=(
+        _req("project_id", "string", "Project of the network."),
+        _in("labels", "map(string)", {}, "Labels on the network resources that take labels."),
+        _in("network_name", "string", None, "Network name (null: DEPLOYMENT-net)."),
+        _in("subnetwork_name", "string", None,
+            "Name of the default primary subnetwork (null: DEPLOYMENT-primary-subnet)."),
+        _dep("subnetwork_size", "number", "Use subnetworks."),
+        _in("default_primary_subnetwork_size", "number", 15,
+            "CIDR bits of the default primary subnetwork, when subnetworks does not give it."),
+        _req("region", "string", "Region of the default subnetwork and the router."),
+        _req("deployment_name", "string", "Deployment name (default names)."),
+        _in("network_address_range", "string", "10.0.0.0/9", "CIDR range the subnetworks are carved from."),
+        _in("mtu", "number", 8896, "MTU of the network (0: Compute Engine's default; 8896: jumbo frames)."),
+        _in("enable_ipv6_ula", "bool", False, "Turn on internal IPv6 (ULA); cannot be undone."),
+        _in("internal_ipv6_range", "string", None, "The /48 from fd20::/20 for that ULA range (null: chosen)."),
+        _in("subnetworks", "list(map(string))", [],
+            "Subnetworks: [{subnet_name, subnet_region, subnet_ip or new_bits, ...}]; the first is the primary."),
+        _dep("primary_subnetwork", "map(string)", "Use subnetworks."),
+        _dep("additional_subnetworks", "list(map(string))", "Use subnetworks."),
+        _in("secondary_ranges", "map(list(object))", {},
+            "Secondary ranges by subnetwork name: {name: [{range_name, ip_cidr_range}]} (older form)."),
+        _in("secondary_ranges_list", "list(object)", [],
+            "Secondary ranges: [{subnetwork_name, ranges: [{range_name, ip_cidr_range}]}]."),
+        _in("network_routing_mode", "string", "GLOBAL", "Routing mode: GLOBAL or REGIONAL."),
+        _in("network_description", "string", "", "Description of the network (changing it recreates it)."),
+        _in("ips_per_nat", "number", 2, "External IPs per regional Cloud NAT (0: no NAT)."),
+        _in("shared_vpc_host", "bool", False, "Make the project a Shared VPC host."),
+        _in("delete_default_internet_gateway_routes", "bool", False,
+            "Delete the network's default-route* routes to the internet gateway."),
+        _in("enable_iap_ssh_ingress", "bool", True, "Firewall rule: SSH through IAP."),
+        _in("enable_iap_rdp_ingress", "bool", False, "Firewall rule: RDP through IAP."),
+        _in("enable_iap_winrm_ingress", "bool", False, "Firewall rule: WinRM through IAP."),
+        _in("enable_internal_traffic", "bool", True, "Firewall rule: all TCP, UDP and ICMP inside the network."),
+        _in("enable_cloud_router", "bool", True, "Create a Cloud Router."),
+        _in("enable_cloud_nat", "bool", True, "Create Cloud NATs."),
+        _in("extra_iap_ports", "list(string)", [], "Further TCP ports to open to IAP forwarding."),
+        _in("allowed_ssh_ip_ranges", "list(string)", [], "CIDR ranges SSH is allowed from."),
+        _in("firewall_rules", "any", [], "Further firewall rules."),
+        _in("firewall_log_config", "string", "DISABLE_LOGGING",
+            "Logging of the module's firewall rules (DISABLE_LOGGING, INCLUDE_ALL_METADATA, ...)."),
+        _in("network_profile", "string", None, "Network profile (URL) applied at creation, e.g. an RDMA (roce) one."),
+        _in("subnetwork_private_access", "bool", True, "Private Google Access on the subnetworks."),
+        _in("subnetwork_stack_type", "string", "IPV4_ONLY", "Stack type of the subnetworks: IPV4_ONLY or IPV4_IPV6."),
+        _in("subnetwork_ipv6_access_type", "string", None,
+            "IPv6 access type of the subnetworks (INTERNAL or EXTERNAL)."),
+        _in("nic_type", "string", "GVNIC", "NIC type written into the instance_additional_networks output."),
+    ),
+    outputs=_outs(
+        ("network_name", "Network name."),
+        ("network_id", "Network id."),
+        ("network_self_link", "Network self link."),
+        ("subnetworks", "All subnetworks created."),
+        ("subnetwork", "The primary subnetwork."),
+        ("subnetwork_name", "Name of the primary subnetwork."),
+        ("subnetwork_self_link", "Self link of the primary subnetwork."),
+        ("subnetwork_address", "CIDR range of the primary subnetwork."),
+        ("subnetwork_stack_type", "Stack type of the primary subnetwork."),
+        ("nat_ips", "External IPs of the Cloud NATs."),
+        ("instance_additional_networks",
+         "The subnetworks as NIC entries, in the form a GKE node pool's additional_networks takes."),
+    ),
+)
+
+
 # Modules ctk keeps for the gcp target but does not deploy: outputs only.
 def _kept(source: str, doc: str, *outputs: str) -> ModuleKind:
     return ModuleKind(source=source, role="", doc=doc, open_inputs=True,
@@ -487,8 +557,6 @@ _GCS_OUTS = ("client_install_runner", "gcs_bucket_name", "gcs_bucket_path", "mou
 _SA_OUTS = ("key", "service_account_email", "service_account_iam_email")
 
 _KEPT = (
-    _kept("modules/network/vpc", "A VPC network with subnetworks, NAT and firewall rules.",
-          *_VPC_OUTS, "nat_ips", "subnetworks"),
     _kept("modules/network/multivpc", "Several VPC networks, e.g. one per GPU NIC.",
           "additional_networks", "network_ids", "network_names", "network_self_links",
           "subnetwork_addresses", "subnetwork_names", "subnetwork_self_links"),
@@ -522,7 +590,7 @@ _KEPT = (
 )
 
 KINDS: dict[str, ModuleKind] = {k.source: k for k in (
-    NODESET, NODESET_TPU, NODESET_DYNAMIC, PARTITION, CONTROLLER, LOGIN, CUSTOM_IMAGE, STARTUP_SCRIPT, *_KEPT,
+    NODESET, NODESET_TPU, NODESET_DYNAMIC, PARTITION, CONTROLLER, LOGIN, CUSTOM_IMAGE, STARTUP_SCRIPT, VPC, *_KEPT,
 )}
 
 # Input CT fills with the module id when the blueprint leaves it unset.
