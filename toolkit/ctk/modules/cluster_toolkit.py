@@ -1,16 +1,20 @@
 """Cluster Toolkit module kinds: input and output names as CT's modules declare them.
 
-The Slurm modules, the image builder and the startup script are declared in full
-(every variable of the module, deprecated ones included, so a misspelt setting is
+The Slurm modules, the image builder, the startup script and the vpc are declared in
+full (every variable of the module, deprecated ones included, so a misspelt setting is
 caught). Other CT modules ctk keeps but does not deploy are declared with
 `open_inputs=True` and their outputs only, so `use` wiring and `$(id.output)`
 references can still be checked.
 
-Names follow GoogleCloudPlatform/cluster-toolkit (v1.95 era). Types are Terraform's,
-simplified. `required=True` marks a variable with no default in CT; CT fills several
-of those from deployment variables of the same name (see AUTO_FROM_VARS) and one
-from the module id (see INJECT_MODULE_ID), so "required" does not mean "the
-blueprint must set it".
+Names, types and defaults follow GoogleCloudPlatform/cluster-toolkit v1.95.0;
+tests/unit/test_schema_drift.py compares them with that release's variables.tf /
+outputs.tf / .pkr.hcl files (../shared/fixtures/cluster-toolkit). Types are Terraform's,
+simplified: object({...}) is "object" and tuple([...]) "tuple" wherever they occur
+(list(object({...})) is "list(object)"); other types keep their element types
+(map(string), list(map(string))). `required=True` marks a variable with no default in
+CT; CT fills several of those from deployment variables of the same name (see
+AUTO_FROM_VARS) and one from the module id (see INJECT_MODULE_ID), so "required" does
+not mean "the blueprint must set it".
 """
 
 from __future__ import annotations
@@ -35,9 +39,9 @@ def _req(name, type_, doc) -> Input:
     return Input(name=name, type=type_, default=None, doc=doc, required=True)
 
 
-def _dep(name, type_="bool", doc="") -> Input:
+def _dep(name, type_="bool", doc="", default=None) -> Input:
     """A variable CT keeps only to reject it with a pointer to its replacement."""
-    return Input(name=name, type=type_, default=None, doc="DEPRECATED. " + doc)
+    return Input(name=name, type=type_, default=default, doc="DEPRECATED. " + doc)
 
 
 def _outs(*names_docs) -> tuple[Output, ...]:
@@ -62,6 +66,10 @@ def _vm_common(disk_type: str, on_host_maintenance: str, machine_type: str) -> l
         _in("disk_auto_delete", "bool", True, "Delete the boot disk with the VM."),
         _in("disk_labels", "map(string)", {}, "Labels on the boot disk, merged with labels."),
         _in("disk_resource_manager_tags", "map(string)", {}, "Resource Manager tags on the disks."),
+        _in("disk_encryption_key", "string", None,
+            "Cloud KMS key that encrypts the VMs' disks (null: Google-managed)."),
+        _in("disk_encryption_key_service_account", "string", None,
+            "Account that asks KMS for that key (null: the Compute Engine default account)."),
         _in("additional_disks", "list(object)", [], "Extra disks to attach to each VM."),
         _in("enable_confidential_vm", "bool", False, "Run as Confidential VMs (image must support it)."),
         _in("enable_shielded_vm", "bool", False, "Run as Shielded VMs (image must support it)."),
@@ -129,6 +137,8 @@ NODESET = ModuleKind(
         _in("dws_flex", "object", {"enabled": False},
             "Dynamic Workload Scheduler flex-start: {enabled, max_run_duration, use_job_duration, use_bulk_insert}."),
         _in("confidential_instance_type", "string", None, "Confidential computing technology (SEV, TDX, ...)."),
+        _in("machine_configs", "any", {},
+            "Machine types and their node counts, for a nodeset of several machine types."),
     ]),
     outputs=_outs(("nodeset", "The nodeset definition, for a partition's nodeset input.")),
 )
@@ -176,7 +186,7 @@ NODESET_DYNAMIC = ModuleKind(
         _in("machine_type", "string", "c2-standard-60", "GCE machine type of the nodes."),
         _in("metadata", "map(string)", {}, "Extra instance metadata."),
         _in("instance_image", "map(string)",
-            {"family": "slurm-gcp-6-11-hpc-rocky-linux-8", "project": "schedmd-slurm-public"},
+            {"family": "slurm-gcp-6-12-hpc-rocky-linux-8", "project": "schedmd-slurm-public"},
             "Boot image: {project, and one of family or name}."),
         _in("instance_image_custom", "bool", False, "Acknowledge a non-SchedMD image."),
         _in("allow_automatic_updates", "bool", True, "Let the OS apply package updates on its own."),
@@ -186,9 +196,6 @@ NODESET_DYNAMIC = ModuleKind(
         _in("disk_auto_delete", "bool", True, "Delete the boot disk with the VM."),
         _in("disk_labels", "map(string)", {}, "Labels on the boot disk."),
         _in("additional_disks", "list(object)", [], "Extra disks."),
-        _in("enable_placement", "bool", True, "Attach a compact placement policy to the template."),
-        _in("placement_policy_name", "string", None, "Name for that placement policy."),
-        _in("placement_policy_collocation", "string", "COLLOCATED", "Collocation of that placement policy."),
         _in("enable_confidential_vm", "bool", False, "Run as Confidential VMs."),
         _in("enable_shielded_vm", "bool", False, "Run as Shielded VMs."),
         _in("shielded_instance_config", "object", dict(_SHIELDED), "Shielded VM switches."),
@@ -214,13 +221,13 @@ NODESET_DYNAMIC = ModuleKind(
         _in("startup_script", "string", "# no-op", "Script run at boot."),
         _in("universe_domain", "string", "googleapis.com", "API domain of an alternate universe."),
         _in("network_storage", "list(object)", [], _NETWORK_STORAGE_DOC),
+        _in("machine_configs", "any", {},
+            "Machine types and their node counts, for a nodeset of several machine types."),
     ),
     outputs=_outs(
         ("nodeset_dyn", "The dynamic nodeset, for a partition's nodeset_dyn input."),
         ("instance_template_self_link", "Instance template to create the nodes from."),
         ("node_name_prefix", "Prefix the node hostnames must carry."),
-        ("placement_policy_name", "Placement policy name, when enabled."),
-        ("placement_policy_self_link", "Placement policy self link, when enabled."),
     ),
 )
 
@@ -236,10 +243,11 @@ PARTITION = ModuleKind(
         _in("nodeset", "list(object)", [], "Nodesets in the partition (from nodeset modules via use)."),
         _in("nodeset_tpu", "list(object)", [], "TPU nodesets in the partition."),
         _in("nodeset_dyn", "list(object)", [], "Dynamic nodesets in the partition."),
-        _in("resume_timeout", "number", 300, "Seconds a resumed node may take to come up (ResumeTimeout)."),
+        _in("resume_timeout", "number", None,
+            "Seconds a resumed node may take to come up (ResumeTimeout; null: chosen from the nodesets)."),
         _in("suspend_time", "number", 300, "Idle seconds before a node is powered down (-1: never)."),
         _in("suspend_timeout", "number", None, "Seconds a node may take to power down (SuspendTimeout)."),
-        _dep("network_storage", "list(object)", "Mounts belong on the nodeset; must stay empty."),
+        _dep("network_storage", "list(object)", "Mounts belong on the nodeset; must stay empty.", default=[]),
     ),
     outputs=_outs(
         ("partitions", "The partition, as a one-element list for the controller's partitions input."),
@@ -270,7 +278,7 @@ CONTROLLER = ModuleKind(
         _in("nodeset", "list(object)", [], "Nodesets (normally reached through partitions)."),
         _in("nodeset_tpu", "list(object)", [], "TPU nodesets."),
         _in("nodeset_dyn", "list(object)", [], "Dynamic nodesets."),
-        _req("partitions", "list(object)", "Partitions of the cluster (from partition modules via use)."),
+        _in("partitions", "list(object)", [], "Partitions of the cluster (from partition modules via use)."),
         _in("controller_state_disk", "object", {"type": "pd-ssd", "size": 50},
             "Disk that keeps slurmctld state; null to go without."),
         _in("enable_debug_logging", "bool", False, "Verbose logging of the Slurm-GCP scripts."),
@@ -301,7 +309,8 @@ CONTROLLER = ModuleKind(
         _in("cloudsql", "object", None, "External accounting database: {server_ip, user, password, db_name, ...}."),
         _in("enable_slurm_auth", "bool", False, "Use Slurm's own auth/slurm plugin instead of munge."),
         _in("enable_backup_controller", "bool", False, "Run a second controller for high availability."),
-        _in("controller_ha_type", "string", None, "How the HA controllers are spread, e.g. 'regional'."),
+        _in("controller_ha_type", "string", "zonal",
+            "How the HA controllers' instance group is spread: zonal or regional."),
         _in("backup_zone", "string", None, "Zone of the backup controller."),
         _in("universe_domain", "string", "googleapis.com", "API domain of an alternate universe."),
         _in("endpoint_versions", "object", {"compute": "beta"}, "API versions to call ({compute})."),
@@ -310,6 +319,8 @@ CONTROLLER = ModuleKind(
         _dep("disable_default_mounts", "bool", "Use enable_default_mounts."),
         _dep("enable_slurm_gcp_plugins", "any", "Use nodeset placement_max_distance / advanced_machine_features."),
         _dep("compute_startup_script", "any", "Use the nodeset's startup_script."),
+        _in("slurm_bucket_kms_key", "string", None,
+            "Customer-managed KMS key (self link) for the cluster-files bucket."),
         # the controller VM itself
         *_controller_vm,
         _dep("disable_smt", "bool", "Use advanced_machine_features.threads_per_core."),
@@ -320,6 +331,14 @@ CONTROLLER = ModuleKind(
         _req("subnetwork_self_link", "string", "Subnetwork of the controller."),
         _in("controller_project_id", "string", None, "Other project for the controller and its bucket."),
         _in("controller_network_attachment", "string", None, "Network attachment for the controller."),
+        _in("subnetwork_stack_type", "string", "IPV4_ONLY",
+            "Stack type of that subnetwork, e.g. IPV4_ONLY or IPV4_IPV6."),
+        _in("additional_networks", "list(object)", [], "Extra NICs of the controller."),
+        _in("munge_mount", "object",
+            {"server_ip": None, "remote_mount": "/etc/munge/", "fs_type": "nfs", "mount_options": ""},
+            "Where compute and login nodes mount munge.key from (server_ip null: the controller)."),
+        _in("slurm_key_mount", "object", None,
+            "Share that compute and login nodes mount slurm.key from (auth/slurm)."),
     ]),
     outputs=_outs(
         ("slurm_cluster_name", "Cluster name."),
@@ -329,6 +348,7 @@ CONTROLLER = ModuleKind(
         ("slurm_bucket_name", "Bucket of the cluster files."),
         ("slurm_bucket_dir", "Folder in that bucket."),
         ("slurm_bucket", "The bucket (object)."),
+        ("munge_deprecation_warning", "A notice that munge authentication is on its way out (null with auth/slurm)."),
         ("instructions", "How to reach the controller."),
     ),
 )
@@ -366,6 +386,7 @@ CUSTOM_IMAGE = ModuleKind(
         _in("disk_size", "number", None, "Image disk size in GB."),
         _in("disk_type", "string", "pd-balanced", "Disk type of the build VM."),
         _req("zone", "string", "Zone of the build VM."),
+        _in("region", "string", None, "Region of the build VM."),
         _in("network_project_id", "string", None, "Host project of a Shared VPC."),
         _req("subnetwork_name", "string", "Subnetwork of the build VM."),
         _in("omit_external_ip", "bool", True, "Build without a public IP."),
@@ -399,6 +420,11 @@ CUSTOM_IMAGE = ModuleKind(
         _in("image_storage_locations", "list(string)", None, "Storage location of the image (one region)."),
         _in("enable_shielded_vm", "bool", False, "Build on a Shielded VM."),
         _in("shielded_instance_config", "object", dict(_SHIELDED), "Shielded VM switches."),
+        _in("compute_endpoint_version", "string", None, "Compute API version Packer calls (null: its own)."),
+        _in("gcloud_path_override", "string", "", "Folder of the gcloud to run locally (empty: the one on PATH)."),
+        _in("image_licenses", "list(string)",
+            ["projects/click-to-deploy-images/global/licenses/hpc-toolkit-vm-image"],
+            "Licenses recorded on the built image."),
     ),
     outputs=(),
 )
@@ -415,7 +441,7 @@ STARTUP_SCRIPT = ModuleKind(
         _in("gcs_bucket_path", "string", None, "Existing gs:// path to stage into."),
         _in("bucket_viewers", "list(string)", [], "Members given read access to the bucket."),
         _in("debug_file", "string", None, "Local file to write the script to."),
-        _in("runners", "list(object)", [],
+        _in("runners", "list(map(string))", [],
             "Steps: [{type: shell|ansible-local|data, destination, content or source, args}]."),
         _in("docker", "object", {"enabled": False}, "Install Docker: {enabled, world_writable, daemon_config}."),
         _dep("enable_docker_world_writable", "bool", "Use docker.world_writable."),
@@ -434,14 +460,86 @@ STARTUP_SCRIPT = ModuleKind(
             "Domains that bypass http_proxy."),
         _in("install_cloud_rdma_drivers", "bool", False, "Install Cloud RDMA drivers."),
         _in("enable_gpu_network_wait_online", "bool", False, "Hold boot until the GPU NICs are up."),
-        _in("managed_lustre", "object", None, "Install the Managed Lustre client."),
+        _in("managed_lustre", "object", {"enabled": False, "port": 988},
+            "Set up the (already installed) Managed Lustre client: {enabled, port}."),
         _in("set_ofi_cloud_rdma_tunables", "bool", False, "Set libfabric tunables for Cloud RDMA."),
+        _in("compute_endpoint_version", "string", None, "Compute API version the script's calls use (null: default)."),
+        _in("gcloud_path_override", "string", "", "Folder of the gcloud to run locally (empty: the one on PATH)."),
     ),
     outputs=_outs(
         ("startup_script", "The script, as text."),
-        ("runners", "The runners, for modules that accept runners."),
         ("compute_startup_script", "The script, for compute startup inputs."),
         ("controller_startup_script", "The script, for the controller's startup input."),
+    ),
+)
+
+
+# The network of nearly every Slurm blueprint: ctk keeps it for the gcp target and does not
+# deploy it, but declares its inputs in full, so a misspelt setting is caught here too.
+VPC = ModuleKind(
+    source="modules/network/vpc",
+    role="",
+    doc="A VPC network with subnetworks, NAT and firewall rules.",
+    inputs=(
+        _req("project_id", "string", "Project of the network."),
+        _in("labels", "map(string)", {}, "Labels on the network resources that take labels."),
+        _in("network_name", "string", None, "Network name (null: DEPLOYMENT-net)."),
+        _in("subnetwork_name", "string", None,
+            "Name of the default primary subnetwork (null: DEPLOYMENT-primary-subnet)."),
+        _dep("subnetwork_size", "number", "Use subnetworks."),
+        _in("default_primary_subnetwork_size", "number", 15,
+            "CIDR bits of the default primary subnetwork, when subnetworks does not give it."),
+        _req("region", "string", "Region of the default subnetwork and the router."),
+        _req("deployment_name", "string", "Deployment name (default names)."),
+        _in("network_address_range", "string", "10.0.0.0/9", "CIDR range the subnetworks are carved from."),
+        _in("mtu", "number", 8896, "MTU of the network (0: Compute Engine's default; 8896: jumbo frames)."),
+        _in("enable_ipv6_ula", "bool", False, "Turn on internal IPv6 (ULA); cannot be undone."),
+        _in("internal_ipv6_range", "string", None, "The /48 from fd20::/20 for that ULA range (null: chosen)."),
+        _in("subnetworks", "list(map(string))", [],
+            "Subnetworks: [{subnet_name, subnet_region, subnet_ip or new_bits, ...}]; the first is the primary."),
+        _dep("primary_subnetwork", "map(string)", "Use subnetworks."),
+        _dep("additional_subnetworks", "list(map(string))", "Use subnetworks."),
+        _in("secondary_ranges", "map(list(object))", {},
+            "Secondary ranges by subnetwork name: {name: [{range_name, ip_cidr_range}]} (older form)."),
+        _in("secondary_ranges_list", "list(object)", [],
+            "Secondary ranges: [{subnetwork_name, ranges: [{range_name, ip_cidr_range}]}]."),
+        _in("network_routing_mode", "string", "GLOBAL", "Routing mode: GLOBAL or REGIONAL."),
+        _in("network_description", "string", "", "Description of the network (changing it recreates it)."),
+        _in("ips_per_nat", "number", 2, "External IPs per regional Cloud NAT (0: no NAT)."),
+        _in("shared_vpc_host", "bool", False, "Make the project a Shared VPC host."),
+        _in("delete_default_internet_gateway_routes", "bool", False,
+            "Delete the network's default-route* routes to the internet gateway."),
+        _in("enable_iap_ssh_ingress", "bool", True, "Firewall rule: SSH through IAP."),
+        _in("enable_iap_rdp_ingress", "bool", False, "Firewall rule: RDP through IAP."),
+        _in("enable_iap_winrm_ingress", "bool", False, "Firewall rule: WinRM through IAP."),
+        _in("enable_internal_traffic", "bool", True, "Firewall rule: all TCP, UDP and ICMP inside the network."),
+        _in("enable_cloud_router", "bool", True, "Create a Cloud Router."),
+        _in("enable_cloud_nat", "bool", True, "Create Cloud NATs."),
+        _in("extra_iap_ports", "list(string)", [], "Further TCP ports to open to IAP forwarding."),
+        _in("allowed_ssh_ip_ranges", "list(string)", [], "CIDR ranges SSH is allowed from."),
+        _in("firewall_rules", "any", [], "Further firewall rules."),
+        _in("firewall_log_config", "string", "DISABLE_LOGGING",
+            "Logging of the module's firewall rules (DISABLE_LOGGING, INCLUDE_ALL_METADATA, ...)."),
+        _in("network_profile", "string", None, "Network profile (URL) applied at creation, e.g. an RDMA (roce) one."),
+        _in("subnetwork_private_access", "bool", True, "Private Google Access on the subnetworks."),
+        _in("subnetwork_stack_type", "string", "IPV4_ONLY", "Stack type of the subnetworks: IPV4_ONLY or IPV4_IPV6."),
+        _in("subnetwork_ipv6_access_type", "string", None,
+            "IPv6 access type of the subnetworks (INTERNAL or EXTERNAL)."),
+        _in("nic_type", "string", "GVNIC", "NIC type written into the instance_additional_networks output."),
+    ),
+    outputs=_outs(
+        ("network_name", "Network name."),
+        ("network_id", "Network id."),
+        ("network_self_link", "Network self link."),
+        ("subnetworks", "All subnetworks created."),
+        ("subnetwork", "The primary subnetwork."),
+        ("subnetwork_name", "Name of the primary subnetwork."),
+        ("subnetwork_self_link", "Self link of the primary subnetwork."),
+        ("subnetwork_address", "CIDR range of the primary subnetwork."),
+        ("subnetwork_stack_type", "Stack type of the primary subnetwork."),
+        ("nat_ips", "External IPs of the Cloud NATs."),
+        ("instance_additional_networks",
+         "The subnetworks as NIC entries, in the form a GKE node pool's additional_networks takes."),
     ),
 )
 
@@ -459,8 +557,6 @@ _GCS_OUTS = ("client_install_runner", "gcs_bucket_name", "gcs_bucket_path", "mou
 _SA_OUTS = ("key", "service_account_email", "service_account_iam_email")
 
 _KEPT = (
-    _kept("modules/network/vpc", "A VPC network with subnetworks, NAT and firewall rules.",
-          *_VPC_OUTS, "nat_ips", "subnetworks"),
     _kept("modules/network/multivpc", "Several VPC networks, e.g. one per GPU NIC.",
           "additional_networks", "network_ids", "network_names", "network_self_links",
           "subnetwork_addresses", "subnetwork_names", "subnetwork_self_links"),
@@ -494,7 +590,7 @@ _KEPT = (
 )
 
 KINDS: dict[str, ModuleKind] = {k.source: k for k in (
-    NODESET, NODESET_TPU, NODESET_DYNAMIC, PARTITION, CONTROLLER, LOGIN, CUSTOM_IMAGE, STARTUP_SCRIPT, *_KEPT,
+    NODESET, NODESET_TPU, NODESET_DYNAMIC, PARTITION, CONTROLLER, LOGIN, CUSTOM_IMAGE, STARTUP_SCRIPT, VPC, *_KEPT,
 )}
 
 # Input CT fills with the module id when the blueprint leaves it unset.
