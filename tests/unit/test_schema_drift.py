@@ -18,12 +18,12 @@ import json
 import os
 import re
 
+import hcl2  # python-hcl2, from the 'test' extra: it reads CT's HCL
 import pytest
 
 from conftest import FIXTURES
 from ctk.modules import cluster_toolkit as ct
 
-hcl2 = pytest.importorskip("hcl2", reason="python-hcl2 (the 'test' extra) reads CT's HCL")
 
 pytestmark = pytest.mark.ct_fixtures
 
