@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import zipfile
 
 import pytest
@@ -160,12 +161,14 @@ def test_create_copies_packer_and_ansible_files_from_the_installed_package(insta
         f.write("# copied from the installed ctk\n")
     mark = os.path.join(data["ansible"], "roles", "common", "installed-ctk-mark")
     open(mark, "w").close()
-    lab = tmp_path / "lab.yaml"
-    shutil.copy(os.path.join(data["blueprints"], "lab.yaml"), lab)
+    bp = tmp_path / "gcp-jax.yaml"
+    shutil.copy(os.path.join(data["blueprints"], "gcp-jax.yaml"), bp)
     dep = tmp_path / "dep"
-    # With a project, the lab's image also gets a Packer folder for Google Cloud, and the roles.
-    ctk(installed, "create", str(lab), "-o", str(dep), "--vars", "project_id=demo,zone=us-central1-a")
-    assert (dep / "image" / "lab" / "image.pkr.hcl").read_text() == open(hcl).read()
-    assert (dep / "ansible" / "roles" / "common" / "installed-ctk-mark").exists()
-    cmp = filecmp.dircmp(data["ansible"], dep / "ansible")
+    # The gcp target's images get Packer folders, the roles beside them and in the tarball.
+    ctk(installed, "create", str(bp), "-o", str(dep), "--vars", "project_id=demo")
+    assert (dep / "gcp" / "packer" / "jax-cpu" / "image.pkr.hcl").read_text() == open(hcl).read()
+    assert (dep / "gcp" / "packer" / "ansible" / "roles" / "common" / "installed-ctk-mark").exists()
+    cmp = filecmp.dircmp(data["ansible"], dep / "gcp" / "packer" / "ansible")
     assert not cmp.left_only and not cmp.right_only and not cmp.diff_files
+    with tarfile.open(dep / "gcp" / "ctk-roles.tar.gz") as tar:
+        assert "ansible/roles/common/installed-ctk-mark" in tar.getnames()

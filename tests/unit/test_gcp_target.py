@@ -96,7 +96,7 @@ def test_no_role_a_slurm_gcp_image_brings_is_applied(case, tmp_path, capsys):
 
 def test_the_gcp_jax_blueprint_is_shaped_like_cluster_toolkits_image_builder(tmp_path, capsys):
     gcp = create("gcp-jax", tmp_path / "dep", capsys)
-    assert sorted(os.listdir(gcp)) == ["README.md", "blueprint.yaml", "ctk-roles.tar.gz"]
+    assert sorted(os.listdir(gcp)) == ["README.md", "blueprint.yaml", "cluster-only.yaml", "ctk-roles.tar.gz", "packer"]
     # slurm-gcp writes slurm.conf on Google Cloud: ctk renders none for the gcp target
     assert not (tmp_path / "dep" / "cluster" / "slurm").exists()
     text = (gcp / "blueprint.yaml").read_text()
@@ -307,3 +307,57 @@ def test_image_build_of_a_gcp_blueprint_is_refused(capsys):
     assert main(["image", "build", GCP_JAX]) == 2
     err = capsys.readouterr().err
     assert "built on Google Cloud" in err and "gcluster deploy" in err
+
+
+# ---- the other way: Packer folders and a cluster-only blueprint ---------------------------
+
+def test_the_packer_folders_pass_a_full_packer_validate(tmp_path, capsys):
+    """`packer validate` without -syntax-only: the googlecompute builder's and the Ansible
+    provisioner's own checks, offline. Debian's Packer (1.6.6) cannot read versions.pkr.hcl's
+    required_plugins, so packer_validate checks a copy without it there. Packer is installed by
+    `make test` (SYS_PKGS): a missing one fails this test."""
+    from ctk.targets.folder import packer_validate, packer_version
+    assert packer_version() is not None, "packer is not on PATH (make test installs it)"
+    out = tmp_path / "dep"
+    assert main(["create", GCP_JAX, "-o", str(out), "--vars", "project_id=demo-project"]) == 0
+    for image in ("jax-cpu", "jax-cuda"):
+        r = packer_validate(str(out / "gcp" / "packer" / image), full=True)
+        assert r.returncode == 0, r.stdout + r.stderr
+    # the check can fail: without the roles the provisioner's playbook is not there
+    os.rename(out / "gcp" / "packer" / "ansible", out / "gcp" / "packer" / "moved")
+    r = packer_validate(str(out / "gcp" / "packer" / "jax-cpu"), full=True)
+    assert r.returncode != 0 and "site.yml" in r.stdout + r.stderr
+
+
+def test_the_packer_template_follows_cluster_toolkits_custom_image(tmp_path, capsys):
+    out = tmp_path / "dep"
+    assert main(["create", GCP_JAX, "-o", str(out)]) == 0
+    folder = out / "gcp" / "packer" / "jax-cpu"
+    hcl = (folder / "image.pkr.hcl").read_text()
+    assert "use_iap                 = var.use_iap" in hcl and "userdel -r ${var.ssh_username}" in hcl
+    assert "image_labels            = local.labels" in hcl and "labels                  = local.labels" in hcl
+    versions = (folder / "versions.pkr.hcl").read_text()
+    assert 'required_version = ">= 1.15.3, < 2.0.0"' in versions and "github.com/hashicorp/googlecompute" in versions
+
+
+def test_the_cluster_only_blueprint_boots_the_images_the_packer_folders_build(tmp_path, capsys):
+    out = tmp_path / "dep"
+    assert main(["create", GCP_JAX, "-o", str(out)]) == 0
+    bp = yaml.safe_load((out / "gcp" / "cluster-only.yaml").read_text())
+    assert [g["group"] for g in bp["deployment_groups"]] == ["primary", "cluster"]
+    assert [m["id"] for m in bp["deployment_groups"][0]["modules"]] == ["network"]
+    for image, var in (("jax-cpu", "jax_cpu_image"), ("jax-cuda", "jax_cuda_image")):
+        pk = json.loads((out / "gcp" / "packer" / image / "image.auto.pkrvars.json").read_text())
+        assert bp["vars"][var] == {"name": pk["image_name"], "project": "$(vars.project_id)"}
+        assert pk["image_name"].startswith(image + "-") and len(pk["image_name"]) == len(image) + 13
+    assert bp["vars"]["jax_cpu_image"]["name"] != bp["vars"]["jax_cuda_image"]["name"]
+    capsys.readouterr()
+    rc = main(["validate", str(out / "gcp" / "cluster-only.yaml"), "--vars", "project_id=p", "--json"])
+    assert rc == 0, capsys.readouterr().out
+
+
+def test_create_says_when_packer_could_not_check_the_folders(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert main(["create", GCP_JAX, "-o", str(tmp_path / "dep")]) == 0
+    err = capsys.readouterr().err
+    assert "packer is not on PATH, so gcp/packer/*/ were not checked" in err

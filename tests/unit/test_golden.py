@@ -29,7 +29,6 @@ CASES = {
 CASES.update({
     "ct-hpc-slurm": (f"{FIXTURES}/examples/hpc-slurm.yaml", ["--vars", VARS]),
     "ct-ml-slurm": (f"{FIXTURES}/examples/ml-slurm.yaml", ["--vars", VARS]),
-    "lab-gcp": (os.path.join(paths.BLUEPRINTS, "lab.yaml"), ["--vars", "project_id=demo,zone=us-central1-a"]),
     "ct-hpc-slurm6-tpu": (f"{FIXTURES}/community/examples/hpc-slurm6-tpu.yaml", ["--vars", VARS]),
     "ct-a3mega": (f"{FIXTURES}/{ML}/a3-megagpu-8g/a3mega-slurm-blueprint.yaml",
                   ["--vars", VARS, "--vars", "disk_size_gb=100,a3mega_cluster_size=128",
@@ -45,11 +44,11 @@ TARBALL = os.path.join("gcp", "ctk-roles.tar.gz")
 
 
 def tree(root: str, digest_expanded: bool) -> dict[str, str]:
-    """The folder's files by relative path; `ansible/` (a verbatim copy of the repository's
-    roles, checked separately) is left out."""
+    """The folder's files by relative path; gcp/packer/ansible/ (a verbatim copy of the
+    repository's roles, checked separately) is left out."""
     out = {}
     for dirpath, dirs, files in os.walk(root):
-        if dirpath == root and "ansible" in dirs:
+        if os.path.relpath(dirpath, root) == os.path.join("gcp", "packer") and "ansible" in dirs:
             dirs.remove("ansible")
         for f in files:
             p = os.path.join(dirpath, f)
@@ -87,19 +86,20 @@ def test_enough_golden_cases():
     assert sum(1 for c in CASES if c.startswith("ct-")) >= 4 and "lab" in CASES
 
 
-def test_packer_folder_for_the_cloud_build(tmp_path, capsys):
-    """Images get a Packer folder for Google Cloud (checked by `packer validate -syntax-only`
-    inside create) and a copy of the roles it runs."""
+def test_the_gcp_targets_packer_folders_and_their_roles(tmp_path, capsys):
+    """The gcp target's images get Packer folders (checked by `packer validate -syntax-only`
+    inside create) and a copy of the roles they run."""
     import filecmp
-    out = tmp_path / "dep"
-    assert main(["create", CASES["lab"][0], "-o", str(out), "--vars", "project_id=demo,zone=us-central1-a"]) == 0
-    folder = out / "image" / "lab"
-    assert sorted(os.listdir(folder)) == ["ansible-vars.json", "image.auto.pkrvars.json", "image.pkr.hcl"]
     import json
+    out = tmp_path / "dep"
+    assert main(["create", CASES["gcp-jax"][0], "-o", str(out), "--vars", "project_id=demo"]) == 0
+    folder = out / "gcp" / "packer" / "jax-cuda"
+    assert sorted(os.listdir(folder)) == ["ansible-vars.json", "image.auto.pkrvars.json", "image.pkr.hcl",
+                                          "versions.pkr.hcl"]
     v = json.loads((folder / "image.auto.pkrvars.json").read_text())
     assert (v["project_id"], v["source_image_family"], v["source_image_project_id"]) == \
-        ("demo", "debian-13", ["debian-cloud"])
+        ("demo", "slurm-gcp-6-12-debian-12", ["schedmd-slurm-public"])
     a = json.loads((folder / "ansible-vars.json").read_text())
-    assert a["ctk_roles"] == ["common", "munge", "slurm", "jax"] and a["jax_stack_pins"]["jax"]
-    cmp = filecmp.dircmp(paths.ANSIBLE, out / "ansible")
+    assert a["ctk_roles"] == ["common", "jax"] and a["jax_stack"] == "jax-cuda12-0.10"
+    cmp = filecmp.dircmp(paths.ANSIBLE, out / "gcp" / "packer" / "ansible")
     assert not cmp.left_only and not cmp.right_only and not cmp.diff_files

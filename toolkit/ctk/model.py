@@ -69,9 +69,6 @@ class ImageSpec:
     stack: str = "jax-cpu"  # the newest CPU stack for the default base's Python (3.13)
     extra_playbooks: list[str] = field(default_factory=list)
     source: str = ""  # module source that declared it
-    # Packer variables for a build on Google Cloud (images/gcp.pkr.hcl); empty when the
-    # blueprint names no project.
-    cloud: dict[str, Any] = field(default_factory=dict)
     # Transformer Engine's release, built into the image's JAX venv against its CUDA toolkit
     # (a CUDA stack's opt-in); None: none.
     transformer_engine: str | None = None
@@ -229,7 +226,9 @@ class Deployment:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Deployment":
         d = dict(d)
-        d["images"] = [ImageSpec(**x) for x in d.get("images", [])]
+        # Fields an older ctk wrote and this one no longer has (an image's `cloud`) are dropped.
+        known = {f.name for f in dataclasses.fields(ImageSpec)}
+        d["images"] = [ImageSpec(**{k: v for k, v in x.items() if k in known}) for x in d.get("images", [])]
         d["nodesets"] = [Nodeset(**x) for x in d.get("nodesets", [])]
         d["partitions"] = [Partition(**x) for x in d.get("partitions", [])]
         d["controller"] = Controller(**d["controller"]) if d.get("controller") else None

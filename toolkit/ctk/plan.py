@@ -173,39 +173,6 @@ def _fs_type(src: str, em: ExpandedModule) -> str:
     return _str(em.get("fs_type"), "nfs") or "nfs"
 
 
-# Public source image families for ctk's bases on Google Cloud: (family, project).
-GCP_BASE_IMAGES = {"debian-12": ("debian-12", "debian-cloud"),
-                   "debian-13": ("debian-13", "debian-cloud"),
-                   "ubuntu-22.04": ("ubuntu-2204-lts", "ubuntu-os-cloud"),
-                   "ubuntu-24.04": ("ubuntu-2404-lts-amd64", "ubuntu-os-cloud"),
-                   "rocky-9": ("rocky-linux-9", "rocky-linux-cloud")}
-_CLOUD_SETTINGS = ("project_id", "zone", "machine_type", "source_image", "source_image_family",
-                   "source_image_project_id", "image_family", "image_name", "disk_size", "subnetwork_name",
-                   "omit_external_ip", "labels")
-
-
-def _cloud(em: ExpandedModule, exp: Expanded, name: str, base: str) -> dict:
-    """Packer variables for building this image on Google Cloud, from the module's settings
-    and the deployment's vars; {} when no project is named."""
-    out = {}
-    for k in _CLOUD_SETTINGS:
-        v = em.settings.get(k, exp.vars.get(k) if k in ("project_id", "zone") else None)
-        if v is not None and not is_deferred(v):
-            out[k] = v
-    if not isinstance(out.get("project_id"), str) or not isinstance(out.get("zone"), str):
-        return {}
-    if "source_image" not in out and "source_image_family" not in out:
-        family, project = GCP_BASE_IMAGES.get(base, GCP_BASE_IMAGES[DEFAULT_BASE])
-        out["source_image_family"], out["source_image_project_id"] = family, [project]
-    if isinstance(out.get("source_image_project_id"), str):
-        out["source_image_project_id"] = [out["source_image_project_id"]]
-    out.setdefault("image_family", name)
-    out.setdefault("image_name", f"{name}-{exp.deployment_name}")
-    if isinstance(out.get("labels"), dict):
-        out["labels"] = {k: str(v) for k, v in out["labels"].items() if not is_deferred(v)}
-    return out
-
-
 def _image(em: ExpandedModule, exp: Expanded) -> ImageSpec:
     if em.module.source == "ctk/image":
         name = _str(em.get("name"), em.id) or em.id
@@ -214,7 +181,7 @@ def _image(em: ExpandedModule, exp: Expanded) -> ImageSpec:
                          roles=list(em.get("roles") or ["common", "munge", "slurm", "jax"]),
                          stack=_str(em.get("stack"), "") or "",  # "": chosen by _stacks
                          extra_playbooks=list(em.get("extra_playbooks") or []), source=em.module.source,
-                         cloud=_cloud(em, exp, name, base), transformer_engine=_str(em.get("transformer_engine")))
+                         transformer_engine=_str(em.get("transformer_engine")))
     src_img = " ".join(str(x) for x in (em.get("source_image"), em.get("source_image_family"))
                        if x and not is_deferred(x))
     base = DEFAULT_BASE
@@ -223,8 +190,7 @@ def _image(em: ExpandedModule, exp: Expanded) -> ImageSpec:
             base = b
             break
     name = _str(em.get("image_family"), em.id) or em.id
-    return ImageSpec(name=name, module_id=em.id, base=base, stack="", source=em.module.source,
-                     cloud=_cloud(em, exp, name, base))
+    return ImageSpec(name=name, module_id=em.id, base=base, stack="", source=em.module.source)
 
 
 def _check_slurm_auth(em: ExpandedModule, dep: Deployment, c: Collector, doc) -> None:

@@ -80,6 +80,7 @@ def create(args) -> int:
 
     exp = BlueprintRef.of(args).process()
     out = args.out or os.path.join(".", exp.deployment.deployment_name)
-    create_folder(exp, exp.deployment, out, args.overwrite)
+    for note in create_folder(exp, exp.deployment, out, args.overwrite):
+        print(note, file=sys.stderr)
     print(f"created deployment folder {out}")
     return EXIT_OK

@@ -75,7 +75,7 @@ def gcp_files(exp: Expanded, dep: Deployment) -> dict[str, str | bytes]:
         return {}
     images = [img for img in dep.images if img.source == "ctk/image" or img.source == CT_IMAGE]
     if dep.target == "gcp":
-        bp = _native(exp, dep)
+        bp = native_blueprint(exp, dep)
     else:
         bp = _kept(exp, dep)
     header = (f"# Written by `ctk create` from {os.path.basename(exp.blueprint.doc.file)}: Cluster Toolkit deploys "
@@ -169,7 +169,7 @@ def _ident(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_]", "_", name).strip("_").lower() or "x"
 
 
-def _family_name(img: ImageSpec) -> str:
+def family_name(img: ImageSpec) -> str:
     """The family of the built image: a GCE resource name."""
     return re.sub(r"-+", "-", re.sub(r"[^a-z0-9-]", "-", img.name.lower())).strip("-")[:62] or "ctk-image"
 
@@ -213,7 +213,9 @@ def _nodeset(dep: Deployment, ns: Nodeset) -> dict:
     return {"id": ns.module_id, "source": CT_NODESET, "use": ["network"], "settings": settings}
 
 
-def _native(exp: Expanded, dep: Deployment) -> dict:
+def native_blueprint(exp: Expanded, dep: Deployment, pinned: dict[str, str] | None = None) -> dict:
+    """The Cluster Toolkit blueprint of a gcp-target deployment. With PINNED (image name ->
+    built image's name), the cluster alone, booting those images by name (render.packer)."""
     g = dep.gcp
     images = [img for img in dep.images if img.source == "ctk/image"]
     vars_: dict = {"project_id": g.get("project_id", exp.vars.get("project_id")),
@@ -223,11 +225,12 @@ def _native(exp: Expanded, dep: Deployment) -> dict:
     if dep.controller and dep.controller.slurm_auth:
         vars_["enable_slurm_auth"] = True
     for img in images:
-        vars_[_image_var(img)] = {"family": _family_name(img), "project": "$(vars.project_id)"}
+        vars_[_image_var(img)] = ({"name": pinned[img.name]} if pinned else {"family": family_name(img)}) \
+            | {"project": "$(vars.project_id)"}
 
     primary = [{"id": "network", "source": CT_VPC}]
     groups = [{"group": "primary", "modules": primary}]
-    for img in images:
+    for img in images if pinned is None else ():
         fam = slurm_gcp.family_for(img.base)
         assert fam is not None  # planning refused the others
         script = f"{_ident(img.name)}_script"

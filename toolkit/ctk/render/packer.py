@@ -1,31 +1,76 @@
-"""Packer folders for building a deployment's images on Google Cloud (pure)."""
+"""The gcp target's other way (pure): Packer folders that build its images on Google Cloud, for
+users who run Packer themselves, and a cluster-only Cluster Toolkit blueprint that boots the
+built images by name.
+
+    gcp/packer/IMAGE/      image.pkr.hcl (images/gcp.pkr.hcl), versions.pkr.hcl, the Packer
+                           variables (image.auto.pkrvars.json) and the roles' (ansible-vars.json)
+    gcp/packer/ansible/    the roles the Ansible provisioner runs (copied by targets.folder)
+    gcp/cluster-only.yaml  the blueprint's network and cluster groups, each Slurm VM booting
+                           `instance_image: {name, project}`
+
+An image's name is pinned by what is in it: IMAGE_NAME-<12 hex of the sha256 of its role
+variables and ctk's roles>, so the cluster-only blueprint names exactly the image its Packer
+folder builds, and a change to either gives a new name.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 
 from .. import paths
-from ..model import Deployment
-from ..stacks import get_stack, image_lock, jax_role_vars
+from ..blueprint.expand import Expanded
+from ..model import Deployment, ImageSpec
+from ..modules import slurm_gcp
+from ..yamlout import dump
+from .gcluster import family_name, image_vars, native_blueprint, roles_tarball
+
+PACKER_DIR = "gcp/packer"
 
 
-def image_folders(exp, dep: Deployment) -> dict[str, str]:
-    """Packer folders for building the images on Google Cloud, by folder-relative path."""
-    files = {}
+def pinned_image_name(img: ImageSpec, tarball: bytes) -> str:
+    """The image's name in the cluster-only blueprint and its Packer folder."""
+    h = hashlib.sha256(tarball + b"\0" + img.name.encode()).hexdigest()[:12]
+    return f"{family_name(img)[:48]}-{h}"
+
+
+def image_folders(exp: Expanded, dep: Deployment) -> dict[str, str]:
+    """gcp/packer/IMAGE/ per image of the gcp target, and gcp/cluster-only.yaml; {} for other
+    targets (Cluster Toolkit's own image builds stay in its blueprint)."""
+    if dep.target != "gcp":
+        return {}
+    images = [img for img in dep.images if img.source == "ctk/image"]
+    tarball = roles_tarball({img.name: image_vars(img) for img in images})
     template = open(os.path.join(paths.IMAGES, "gcp.pkr.hcl")).read()
-    for img in dep.images:
-        if not img.cloud:
-            continue
-        jax_vars = {"jax_stack": img.stack, "jax_stack_pins": {}}
-        if "jax" in img.roles:
-            stack = get_stack(img.stack)
-            jax_vars = jax_role_vars(stack, [image_lock(img, stack)])
-        folder = f"{exp.module(img.module_id).module.group}/{img.name}"
+    versions = open(os.path.join(paths.IMAGES, "gcp-versions.pkr.hcl")).read()
+    g = dep.gcp
+    files: dict[str, str] = {}
+    names: dict[str, str] = {}
+    for img in images:
+        fam = slurm_gcp.family_for(img.base)
+        assert fam is not None  # planning refused the others
+        names[img.name] = pinned_image_name(img, tarball)
+        pkvars = {k: v for k, v in {
+            "project_id": g.get("project_id"),
+            "zone": g.get("zone"),
+            "machine_type": g.get("image_machine_type"),
+            "source_image_family": fam.family,
+            "source_image_project_id": [slurm_gcp.PROJECT],
+            "image_family": family_name(img),
+            "image_name": names[img.name],
+            "disk_size": g.get("image_disk_size"),
+            "labels": {"ghpc_blueprint": exp.blueprint.name, "ghpc_deployment": dep.deployment_name},
+            "ansible_vars_file": "ansible-vars.json",
+        }.items() if v is not None}
+        folder = f"{PACKER_DIR}/{img.name}"
         files[f"{folder}/image.pkr.hcl"] = template
-        files[f"{folder}/image.auto.pkrvars.json"] = json.dumps(
-            {**img.cloud, "ansible_vars_file": "ansible-vars.json"}, indent=2) + "\n"
-        files[f"{folder}/ansible-vars.json"] = json.dumps(
-            {"ctk_roles": img.roles, "slurm_flavour": "all", **jax_vars},
-            indent=2) + "\n"
+        files[f"{folder}/versions.pkr.hcl"] = versions
+        files[f"{folder}/image.auto.pkrvars.json"] = json.dumps(pkvars, indent=2) + "\n"
+        files[f"{folder}/ansible-vars.json"] = json.dumps(image_vars(img), indent=2, sort_keys=True) + "\n"
+    bp = native_blueprint(exp, dep, pinned=names)
+    files["gcp/cluster-only.yaml"] = (
+        "# Written by `ctk create`: the cluster alone, booting the images that gcp/packer/ builds,\n"
+        "# by name. Build them first (packer build in each folder there), then:\n"
+        "#   gcluster deploy gcp/cluster-only.yaml -o gcp\n---\n" + dump(bp))
     return files

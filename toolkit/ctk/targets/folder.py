@@ -16,15 +16,18 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
+import sys
+import tempfile
 
 from .. import atomic, paths
 from ..blueprint.expand import Expanded
 from ..errors import Failure, UserError
 from ..model import Deployment
 from ..render.gcluster import gcp_files
-from ..render.packer import image_folders
+from ..render.packer import PACKER_DIR, image_folders
 from ..render.slurmconf import render_cgroup_conf, render_gres_conf, render_slurm_conf
 from ..yamlout import dump
 
@@ -56,25 +59,56 @@ def _folder_layout(dep: Deployment):
     return get(dep.target).folder_layout(dep) if dep.target in REGISTRY else None
 
 
-def _packer_folders_check(folder: str, exp: Expanded, dep: Deployment) -> None:
-    """Copy the roles beside the image folders and check each with `packer validate
-    -syntax-only` (offline: no credentials needed)."""
-    folders = sorted({os.path.dirname(rel) for rel in image_folders(exp, dep)})
-    if not folders:
-        return
-    shutil.copytree(paths.ansible_dir(), os.path.join(folder, "ansible"),
-                    ignore=shutil.ignore_patterns("__pycache__", "*.retry"))
+def packer_version() -> tuple[int, ...] | None:
+    """The version of the packer on PATH, or None without one."""
     if not shutil.which("packer"):
-        return  # rendered, not checked: say nothing worse than what a missing tool means
+        return None
+    r = subprocess.run(["packer", "version"], capture_output=True, text=True,
+                       env={**os.environ, "CHECKPOINT_DISABLE": "1"})
+    m = re.search(r"v?(\d+)\.(\d+)\.(\d+)", r.stdout)
+    return tuple(int(x) for x in m.groups()) if m else None
+
+
+def packer_validate(folder: str, full: bool = False) -> subprocess.CompletedProcess:
+    """`packer validate` of a gcp/packer/IMAGE folder. Packer before 1.7 cannot read the
+    `required_plugins` of versions.pkr.hcl, so there the folder is checked without that file
+    (a copy). FULL runs the builder's and provisioner's own checks too (offline; the Ansible
+    provisioner wants ansible-playbook, which ctk's environment has)."""
+    version = packer_version()
+    if version is None:
+        raise Failure("packer is not on PATH", hint="install Packer (Debian: apt install packer)")
+    env = {**os.environ, "CHECKPOINT_DISABLE": "1",
+           "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")}
+    argv = ["packer", "validate"] + ([] if full else ["-syntax-only"]) + ["."]
+    if version >= (1, 7):
+        return subprocess.run(argv, cwd=folder, capture_output=True, text=True, env=env)
+    with tempfile.TemporaryDirectory(prefix="ctk-packer-") as tmp:
+        copy = os.path.join(tmp, os.path.basename(folder))
+        shutil.copytree(folder, copy, ignore=shutil.ignore_patterns("versions.pkr.hcl"))
+        os.symlink(os.path.join(os.path.dirname(os.path.abspath(folder)), "ansible"), os.path.join(tmp, "ansible"))
+        return subprocess.run(argv, cwd=copy, capture_output=True, text=True, env=env)
+
+
+def _packer_folders_check(folder: str, exp: Expanded, dep: Deployment) -> list[str]:
+    """Copy the roles beside the gcp target's Packer folders and check each with `packer validate
+    -syntax-only` (offline: no credentials needed); the notes to print."""
+    folders = sorted({os.path.dirname(rel) for rel in image_folders(exp, dep) if rel.startswith(PACKER_DIR + "/")})
+    if not folders:
+        return []
+    shutil.copytree(paths.ansible_dir(), os.path.join(folder, PACKER_DIR, "ansible"),
+                    ignore=shutil.ignore_patterns("__pycache__", "*.retry", "*.pyc"))
+    if not shutil.which("packer"):
+        return [f"warning: packer is not on PATH, so {PACKER_DIR}/*/ were not checked (packer validate)"]
     for rel in folders:
-        r = subprocess.run(["packer", "validate", "-syntax-only", "."], cwd=os.path.join(folder, rel),
-                           capture_output=True, text=True, env={**os.environ, "CHECKPOINT_DISABLE": "1"})
+        r = packer_validate(os.path.join(folder, rel))
         if r.returncode != 0:
             raise Failure(f"packer rejected the generated template in {rel}:\n{r.stdout}{r.stderr}")
+    return []
 
 
-def create(exp: Expanded, dep: Deployment, out_dir: str, overwrite: bool = False) -> str:
-    """Write the deployment folder atomically; refuse to replace one unless `overwrite`."""
+def create(exp: Expanded, dep: Deployment, out_dir: str, overwrite: bool = False) -> list[str]:
+    """Write the deployment folder atomically; refuse to replace one unless `overwrite`. Returns
+    notes for the user (what could not be checked)."""
     if os.path.exists(out_dir):
         if not os.path.isdir(out_dir):
             raise UserError(f"{out_dir} exists and is not a folder")
@@ -104,13 +138,13 @@ def create(exp: Expanded, dep: Deployment, out_dir: str, overwrite: bool = False
             else:
                 os.makedirs(os.path.dirname(dest), exist_ok=True)
                 shutil.copy2(src, dest)
-        _packer_folders_check(stage, exp, dep)
+        notes = _packer_folders_check(stage, exp, dep)
         os.chmod(stage, 0o755)
         atomic.replace_dir(stage, out_dir)
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise
-    return out_dir
+    return notes
 
 
 def update(exp: Expanded, dep: Deployment, out_dir: str) -> list[str]:
@@ -120,9 +154,13 @@ def update(exp: Expanded, dep: Deployment, out_dir: str) -> list[str]:
             and not os.path.exists(os.path.join(out_dir, ".ctk.lock")):
         raise UserError(f"{out_dir} is not a ctk deployment folder (no deployment.json); not writing into it")
     changed = []
-    for rel, text in artifacts(exp, dep).items():
+    files = artifacts(exp, dep)
+    for rel, text in files.items():
         if atomic.write_if_changed(os.path.join(out_dir, rel), text):
             changed.append(rel)
+    if any(rel.startswith(PACKER_DIR + "/") for rel in files):
+        shutil.copytree(paths.ansible_dir(), os.path.join(out_dir, PACKER_DIR, "ansible"), dirs_exist_ok=True,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.retry", "*.pyc"))
     for rel, src in exp.staged.items():
         dest = os.path.join(out_dir, rel)
         if os.path.isdir(src):

@@ -1,10 +1,15 @@
-# A node image built on Google Cloud: Packer's `googlecompute` builder boots a VM from the
-# source image and the Ansible provisioner applies the same roles ctk applies locally, in the
-# install phase (no secrets, no cluster config). `ctk create` writes the variables file
-# (image.auto.pkrvars.json) from the blueprint beside this template and checks both with
-# `packer validate -syntax-only`. Building needs Google Cloud credentials:
+# A node image of the gcp target built by Packer on Google Cloud, for users who run Packer
+# themselves rather than through gcluster: the `googlecompute` builder boots a VM from
+# slurm-gcp's image family for the image's base, and the Ansible provisioner applies ctk's roles
+# in their install phase (never munge, slurm or the NVIDIA driver: slurm-gcp's image has them).
+# It follows Cluster Toolkit's modules/packer/custom-image: SSH through IAP, the build user
+# removed when the VM shuts down, and `labels` on the build VM and on the image alike.
+# `ctk create` writes image.auto.pkrvars.json beside it; versions.pkr.hcl pins Packer and the
+# googlecompute plugin as Cluster Toolkit does. Building needs Google Cloud credentials:
 #
-#   cd DEPLOYMENT/GROUP/IMAGE && packer build .
+#   cd DEPLOYMENT/gcp/packer/IMAGE && packer init . && packer build .
+#
+# then deploy the cluster with DEPLOYMENT/gcp/cluster-only.yaml, which boots the image by name.
 
 variable "project_id" {
   type = string
@@ -16,22 +21,16 @@ variable "zone" {
 
 variable "machine_type" {
   type    = string
-  default = "n2-standard-4"
-}
-
-variable "source_image" {
-  type    = string
-  default = null
+  default = "n2-standard-8"
 }
 
 variable "source_image_family" {
-  type    = string
-  default = null
+  type = string
 }
 
 variable "source_image_project_id" {
   type    = list(string)
-  default = []
+  default = ["schedmd-slurm-public"]
 }
 
 variable "image_name" {
@@ -47,7 +46,17 @@ variable "disk_size" {
   default = 50
 }
 
+variable "disk_type" {
+  type    = string
+  default = "pd-balanced"
+}
+
 variable "subnetwork_name" {
+  type    = string
+  default = null
+}
+
+variable "network_project_id" {
   type    = string
   default = null
 }
@@ -57,9 +66,14 @@ variable "omit_external_ip" {
   default = true
 }
 
+variable "use_iap" {
+  type    = bool
+  default = true
+}
+
 variable "ssh_username" {
   type    = string
-  default = "packer"
+  default = "ctk-packer"
 }
 
 variable "labels" {
@@ -67,32 +81,55 @@ variable "labels" {
   default = {}
 }
 
+variable "state_timeout" {
+  type    = string
+  default = "30m"
+}
+
 variable "ansible_vars_file" {
   type = string
+}
+
+locals {
+  labels = merge(var.labels, { ghpc_role = "packer" })
+  # The build user's key is the only way in; it goes with the VM, as in Cluster Toolkit's module.
+  metadata = {
+    block-project-ssh-keys = "TRUE"
+    shutdown-script        = <<-EOT
+      #!/bin/bash
+      userdel -r ${var.ssh_username}
+      sed -i '/${var.ssh_username}/d' /var/lib/google/google_users
+    EOT
+  }
 }
 
 source "googlecompute" "node_image" {
   project_id              = var.project_id
   zone                    = var.zone
   machine_type            = var.machine_type
-  source_image            = var.source_image
   source_image_family     = var.source_image_family
   source_image_project_id = var.source_image_project_id
   image_name              = var.image_name
   image_family            = var.image_family
-  image_labels            = var.labels
+  image_labels            = local.labels
+  labels                  = local.labels
   disk_size               = var.disk_size
+  disk_type               = var.disk_type
   subnetwork              = var.subnetwork_name
+  network_project_id      = var.network_project_id
   omit_external_ip        = var.omit_external_ip
   use_internal_ip         = var.omit_external_ip
+  use_iap                 = var.use_iap
   ssh_username            = var.ssh_username
+  metadata                = local.metadata
+  state_timeout           = var.state_timeout
 }
 
 build {
   sources = ["source.googlecompute.node_image"]
 
   provisioner "ansible" {
-    playbook_file   = "${path.root}/../../ansible/site.yml"
+    playbook_file   = "${path.root}/../ansible/site.yml"
     user            = var.ssh_username
     use_proxy       = false
     extra_arguments = ["-e", "@${var.ansible_vars_file}", "-e", "ctk_phase=install"]
