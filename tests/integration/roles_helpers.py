@@ -253,8 +253,9 @@ class PlaybookRun:
 
 
 def run_playbook(playbook: str, root: Path, extra_vars: dict, *, ansible_playbook: str,
-                 timeout: float = 1800, workdir: Path | None = None) -> PlaybookRun:
-    """Run ansible/<playbook> against the tree at root over the chroot connection.
+                 timeout: float = 1800, workdir: Path | None = None, check: bool = False) -> PlaybookRun:
+    """Run ansible/<playbook> (or the playbook at an absolute path) against the tree at root
+    over the chroot connection; CHECK: in Ansible's check mode (nothing changed).
 
     The chroot host runs as root already: become is switched off for it (the tree may have
     no sudo). Extra vars go through a JSON file, so dicts and lists keep their types.
@@ -273,7 +274,7 @@ def run_playbook(playbook: str, root: Path, extra_vars: dict, *, ansible_playboo
                    ANSIBLE_PYTHON_INTERPRETER="/usr/bin/python3")
         t0 = time.monotonic()
         proc = subprocess.run(
-            [ansible_playbook, "-i", str(inv), str(ANSIBLE_DIR / playbook), "-e", f"@{ev}"],
+            [ansible_playbook, "-i", str(inv), str(ANSIBLE_DIR / playbook), "-e", f"@{ev}"] + (["--check"] if check else []),
             capture_output=True, text=True, timeout=timeout, env=env, cwd=str(ANSIBLE_DIR),
         )
         took = time.monotonic() - t0

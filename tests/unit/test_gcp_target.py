@@ -361,3 +361,12 @@ def test_create_says_when_packer_could_not_check_the_folders(tmp_path, capsys, m
     assert main(["create", GCP_JAX, "-o", str(tmp_path / "dep")]) == 0
     err = capsys.readouterr().err
     assert "packer is not on PATH, so gcp/packer/*/ were not checked" in err
+
+
+def test_every_golden_hand_off_is_checked_here():
+    """Each golden deployment folder with a gcp/ is one of HANDOFFS, so the checks above (it
+    validates; no role a slurm-gcp image brings) run over every golden hand-off."""
+    golden = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "golden")
+    with_gcp = {d for d in os.listdir(golden) if os.path.isdir(os.path.join(golden, d, "gcp"))}
+    assert with_gcp and with_gcp <= set(HANDOFFS), with_gcp - set(HANDOFFS)
+    assert {"gcp-jax", "ct-ml-slurm", "ct-a3mega"} <= with_gcp

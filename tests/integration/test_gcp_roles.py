@@ -1,0 +1,78 @@
+"""The gcp target's roles tarball, run as its build VM runs it, in Ansible's check mode, against
+a build node of the matching base: ctk's Debian 12 tree with the Python an OS image carries
+(python3, python3-apt, python3-venv, python3-packaging), standing in for slurm-gcp's Debian 12
+image, which cannot be reached from here. Check mode reports what the install phase would change
+and changes nothing; every task must pass, and neither munge nor slurm may be among them.
+
+Needs root, debootstrap (or the cached tree) and an Ansible with community.general, as
+test_roles.py does.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import sys
+import tarfile
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import roles_helpers as rh  # noqa: E402
+
+from ctk import paths  # noqa: E402
+from ctk.cli import main  # noqa: E402
+
+pytestmark = pytest.mark.integration
+
+GCP_JAX = os.path.join(paths.BLUEPRINTS, "gcp-jax.yaml")
+# What an OS image ships that a debootstrap minbase tree lacks: Python, and what Ansible's apt
+# and pip modules import.
+OS_IMAGE_PYTHON = ["python3", "python3-apt", "python3-venv", "python3-packaging"]
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory):
+    if os.geteuid() != 0:
+        pytest.fail("needs root (chroot, mount)")
+    work = tmp_path_factory.mktemp("ctk-gcp-roles")
+    base, _ = rh.ensure_base_rootfs()
+    root = rh.copy_rootfs(base, work / "root")
+    try:
+        with rh.chroot_mounts(root):
+            r = rh.chroot_run(root, ["sh", "-c", "apt-get update -qq && DEBIAN_FRONTEND=noninteractive "
+                                     "apt-get install -y -qq --no-install-recommends " + " ".join(OS_IMAGE_PYTHON)],
+                              timeout=900)
+            assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+            yield root, work
+    finally:
+        rh.remove_rootfs(root)
+
+
+@pytest.fixture(scope="module")
+def tarball(node):
+    _, work = node
+    out = work / "dep"
+    assert main(["create", GCP_JAX, "-o", str(out)]) == 0
+    roles = work / "vm"
+    with tarfile.open(out / "gcp" / "ctk-roles.tar.gz") as tar:
+        tar.extractall(roles, filter="data")
+    return roles
+
+
+@pytest.mark.parametrize("image", ["jax-cpu", "jax-cuda"])
+def test_the_tarballs_roles_pass_check_mode_on_a_debian_12_build_node(node, tarball, image):
+    root, work = node
+    import json
+    extra = json.loads((tarball / "images" / f"{image}.json").read_text())
+    extra.update(ctk_phase="install",
+                 # a TLS-inspecting proxy's CA on this host must be trusted in the tree too
+                 common_extra_ca_certs=sorted(glob.glob("/usr/local/share/ca-certificates/*.crt")))
+    run = rh.run_playbook(str(tarball / "ansible" / "site.yml"), root, extra,
+                          ansible_playbook=rh.find_ansible_playbook(), workdir=work, check=True)
+    assert run.returncode == 0 and run.recap is not None and run.recap.failed == 0, run.output[-6000:]
+    assert run.recap.changed > 0, "check mode reports the install phase's changes"
+    roles_run = {line.split("[", 1)[1].split(" : ", 1)[0] for line in run.output.splitlines()
+                 if line.startswith("TASK [") and " : " in line}
+    assert roles_run == {"common", "jax"}, roles_run
+    assert not (root / "opt" / "ctk" / "jax").exists(), "check mode changed the tree"
