@@ -14,7 +14,7 @@ from .model import (BASES, BASE_PYTHON, DEFAULT_BASE, Controller, Deployment, Im
                      Partition, SharedFs, SshHost, Unsupported, base_python)
 from .modules import is_remote
 from .modules.ctk_kinds import SERVICE_MANAGERS, SSH_HOST_KEYS, SSH_ROLES
-from .modules.machines import accelerator_gpu, lookup_machine, lookup_tpu
+from .modules.machines import accelerator_gpu, known_machine_types, known_series, lookup_machine, lookup_tpu
 from .stacks import Stack, load_stacks, newest_for, python_tuple
 from .stacks.drivers import (GPU_NEEDS, TE_MIN_CUDA, bases_with_dcgm, bases_with_driver, bases_with_toolkit,
                              cuda_toolkit, has_dcgm, image_driver)
@@ -456,7 +456,8 @@ def _nodeset(em: ExpandedModule, cluster: str, c: Collector, doc, images=None) -
     mt = lookup_machine(mtype)
     if mt is None:
         c.add(f"unknown machine type {mtype!r}", doc.pos(path + ("settings", "machine_type")),
-              "ctk knows n1, n2, n2d, c2, c2d, c3, c3d, h3, e2, a2, a3, a4 and g2 types")
+              did_you_mean(mtype, known_machine_types())
+              or f"ctk knows the {', '.join(known_series())} series (and custom-CPUS-MB types)")
         return None
     gpu_type, gpu_count = mt.gpu_type, mt.gpu_count
     for acc in em.get("guest_accelerator") or []:
