@@ -249,6 +249,7 @@ def collect_vars(bp: Blueprint, deployment: tuple[Document, dict] | None,
 def expand(bp: Blueprint, var_sources: dict[str, VarSource], c: Collector) -> Expanded:
     base_dir = os.path.dirname(os.path.abspath(bp.doc.file))
     ev = _Evaluator(bp, var_sources, c, base_dir)
+    _unset_vars(var_sources, ev, c)
     for name in var_sources:
         try:
             ev.var_value(name)
@@ -286,6 +287,20 @@ def expand(bp: Blueprint, var_sources: dict[str, VarSource], c: Collector) -> Ex
     exp = Expanded(bp, dict(ev.values), var_sources, modules, ev.staged)
     exp.used_vars = ev.used_vars  # type: ignore[attr-defined]
     return exp
+
+
+def _unset_vars(var_sources: dict[str, VarSource], ev: _Evaluator, c: Collector) -> None:
+    """A var left empty (null) wherever it won, as a deployment file's `region: # supply ...`:
+    an error at that key, whether or not a module uses it. gcluster refuses every null var
+    before it expands the modules (pkg/config/validate.go, validateVars)."""
+    for name, src in var_sources.items():
+        if _get(src.doc.value, src.path) is not None:
+            continue
+        where = "--vars" if src.doc.file.startswith("--vars") else "there"
+        c.add(f"deployment variable '{name}' is not set", src.doc.key_pos(src.path),
+              f"give it a value: --vars {name}=VALUE" if where == "--vars" else
+              f"give it a value there, or pass --vars {name}=VALUE")
+        ev.values[name] = INVALID  # reported: no error further on for what it feeds
 
 
 def _default_labels(bp: Blueprint, ev: _Evaluator) -> None:

@@ -184,7 +184,7 @@ def _validators(exp: Expanded, c: Collector) -> None:
     if "test_deployment_variable_not_used" in wanted:
         used = getattr(exp, "used_vars", set())
         for name, src in exp.var_sources.items():
-            if name not in used and name not in _ALWAYS_USED:
+            if name not in used and name not in _ALWAYS_USED and exp.vars.get(name) is not INVALID:
                 found.append(BlueprintError(f"var '{name}' is not used by any module",
                                             src.doc.key_pos(src.path),
                                             "remove it, or skip validator test_deployment_variable_not_used"))
