@@ -9,7 +9,7 @@ from typing import Any
 
 from .blueprint.errors import BlueprintError, Collector, did_you_mean
 from .blueprint.expand import Expanded, ExpandedModule
-from .blueprint.expression import Deferred, is_deferred
+from .blueprint.expression import CannotEvaluate, Deferred, is_deferred
 from .model import (BASES, BASE_PYTHON, DEFAULT_BASE, Controller, Deployment, ImageSpec, Login, Nodeset,
                      Partition, SharedFs, SshHost, Unsupported, base_python)
 from .modules import is_remote
@@ -77,8 +77,8 @@ def plan(exp: Expanded, c: Collector, stacks: dict[str, Stack] | None = None) ->
     dname = exp.deployment_name
     controllers = [m for m in exp.modules if m.schema and m.schema.role == "controller"]
     cluster = slurm_cluster_name(dname)
-    if controllers and isinstance(controllers[0].settings.get("slurm_cluster_name"), str):
-        cluster = controllers[0].settings["slurm_cluster_name"]
+    if controllers and isinstance(controllers[0].setting("slurm_cluster_name"), str):
+        cluster = controllers[0].setting("slurm_cluster_name")
     dep = Deployment(deployment_name=dname, blueprint_name=exp.blueprint.name, slurm_cluster_name=cluster)
 
     by_id: dict[str, Nodeset] = {}
@@ -143,6 +143,7 @@ def plan(exp: Expanded, c: Collector, stacks: dict[str, Stack] | None = None) ->
     if dep.controller is not None and dep.controller.slurm_auth:
         _check_slurm_auth(auth_em, dep, c, doc)
     _ssh_target(exp, dep, c, doc)
+    _uncomputed(exp, c)
 
     defaults = [p for p in dep.partitions if p.is_default]
     if len(defaults) > 1:
@@ -161,6 +162,23 @@ def plan(exp: Expanded, c: Collector, stacks: dict[str, Stack] | None = None) ->
             c.add(f"invalid partition_name '{p.name}'", doc.pos(where),
                   "slurm-gcp partition names are lowercase letters and digits, starting with a letter")
     return dep
+
+
+def _uncomputed(exp: Expanded, c: Collector) -> None:
+    """A function call in a setting planning read, which ctk could not compute: an error at the
+    call (Terraform would compute it on the gcp target; this target needs the value now)."""
+    seen = set()
+    for em in exp.modules:
+        for name, lazy, e in em.unresolved:
+            key = (id(lazy), e.offset, e.message)
+            if key in seen:
+                continue
+            seen.add(key)
+            doc, path = lazy.where or (exp.blueprint.doc, em.module.path + ("settings", name))
+            message = e.message
+            if isinstance(e, CannotEvaluate) and message.startswith("ctk cannot evaluate"):
+                message += f": ctk needs setting '{name}' of module '{em.id}' to plan the cluster"
+            c.add(message, doc.pos_in(path, e.offset), e.hint)
 
 
 def _fs_type(src: str, em: ExpandedModule) -> str:
@@ -187,7 +205,7 @@ def _cloud(em: ExpandedModule, exp: Expanded, name: str, base: str) -> dict:
     and the deployment's vars; {} when no project is named."""
     out = {}
     for k in _CLOUD_SETTINGS:
-        v = em.settings.get(k, exp.vars.get(k) if k in ("project_id", "zone") else None)
+        v = em.setting(k, exp.vars.get(k) if k in ("project_id", "zone") else None)
         if v is not None and not is_deferred(v):
             out[k] = v
     if not isinstance(out.get("project_id"), str) or not isinstance(out.get("zone"), str):
@@ -421,10 +439,10 @@ def _image_of(em: ExpandedModule, images: dict[str, str]) -> str | None:
     for mid in em.modules_feeding("image"):
         if mid in images:
             return images[mid]
-    v = em.settings.get("image")
+    v = em.setting("image")
     if isinstance(v, str):
         return v
-    fam = em.settings.get("instance_image")
+    fam = em.setting("instance_image")
     if isinstance(fam, dict) and isinstance(fam.get("family"), str):
         return fam["family"]
     return None
@@ -480,7 +498,7 @@ def _partition(em: ExpandedModule, by_id: dict[str, Nodeset], c: Collector, doc)
     max_time = conf.pop("MaxTime", None) or em.get("max_time")
     over = conf.pop("OverSubscribe", None) or em.get("oversubscribe")
     for key, slurm_key in (("resume_timeout", "ResumeTimeout"), ("suspend_timeout", "SuspendTimeout")):
-        v = em.settings.get(key)
+        v = em.setting(key)
         if v is not None and not is_deferred(v) and slurm_key not in conf:
             conf[slurm_key] = v
     name = _str(em.get("partition_name"), em.id) or em.id
