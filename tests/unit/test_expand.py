@@ -19,7 +19,6 @@ vars:
   name_of: $(vars.base.family)-$(vars.zone)
   tags: $(flatten([["a"], ["b", "c"]]))
   merged: $(merge(vars.base, {family = "other"}))
-  json: $(jsonencode({a = 1}))
 deployment_groups:
 - group: primary
   modules:
@@ -49,7 +48,6 @@ def test_vars_expressions_functions_and_indexing(write):
     assert v["name_of"] == "fam-us-central1-a"
     assert v["tags"] == ["a", "b", "c"]
     assert v["merged"] == {"family": "other", "sizes": [10, 20, 30]}
-    assert v["json"] == '{"a":1}'
     assert exp.module("ns").settings["features"] == [20, "fam-us-central1-a"]  # a whole $(...) keeps its type
 
 
@@ -59,11 +57,38 @@ def test_precedence_cli_over_deployment_file_over_blueprint(write):
     source: ctk/slurm/nodeset
 """))
     dfile = write("vars:\n  zone: from-file\n  region:\n", "dep.yaml")
-    exp = process(path, [], dfile)
-    assert exp.vars["zone"] == "from-file"
-    assert exp.vars["region"] is None  # null in a deployment file is allowed
+    # A var the deployment file leaves empty must be given (gcluster refuses a null var).
+    with pytest.raises(BlueprintErrors) as e:
+        process(path, [], dfile)
+    [err] = e.value.errors
+    assert (err.message, err.pos.file, err.pos.line, err.pos.col) == (
+        "deployment variable 'region' is not set", dfile, 3, 3)
+    assert err.hint == "give it a value there, or pass --vars region=VALUE"
+    exp = process(path, ["region=r1"], dfile)
+    assert exp.vars["zone"] == "from-file" and exp.vars["region"] == "r1"
     exp = process(path, ["zone=from-cli,extra=[1,2]", "region=r2"], dfile)
     assert exp.vars["zone"] == "from-cli" and exp.vars["extra"] == [1, 2] and exp.vars["region"] == "r2"
+
+
+def test_null_vars_are_all_reported_where_they_won_used_or_not(write):
+    path = write(bp("""\
+  - id: ns
+    source: ctk/slurm/nodeset
+    settings:
+      node_count_static: $(vars.count)
+      features: ["$(vars.zone)-x"]
+""").replace("  zone: us-central1-a\n", "  zone:\n  count: 2\n  unused: null\n"))
+    dfile = write("vars:\n  count:\n", "dep.yaml")
+    with pytest.raises(BlueprintErrors) as e:
+        process(path, ["project_id=null"], dfile)
+    got = [(x.pos.file, x.pos.line, x.pos.col, x.message) for x in e.value.errors]
+    assert got == [
+        ("--vars", 1, 1, "deployment variable 'project_id' is not set"),
+        (path, 5, 3, "deployment variable 'zone' is not set"),
+        (path, 7, 3, "deployment variable 'unused' is not set"),
+        (dfile, 2, 3, "deployment variable 'count' is not set"),
+    ]  # and no wrong-type error for node_count_static, nor "unused" warnings
+    assert e.value.errors[0].hint == "give it a value: --vars project_id=VALUE"
 
 
 def test_use_fills_inputs_and_lists_collect(write):
@@ -140,9 +165,9 @@ def test_errors_are_collected_all_at_once(write):
 """)))
     msgs = [(x.pos.line, x.pos.col, x.message, x.hint) for x in e.value.errors]
     assert msgs == [
-        (20, 28, "unknown variable 'vars.zonee'", "did you mean 'zone'?"),
-        (21, 28, "unknown module 'nss'", "did you mean 'ns'?"),
-        (22, 20, "module 'ns' refers to its own output", ""),
+        (19, 28, "unknown variable 'vars.zonee'", "did you mean 'zone'?"),
+        (20, 28, "unknown module 'nss'", "did you mean 'ns'?"),
+        (21, 20, "module 'ns' refers to its own output", ""),
     ]
 
 

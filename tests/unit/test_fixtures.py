@@ -15,6 +15,14 @@ VARS = ["project_id=demo-project,deployment_name=demo"]
 A3MEGA = os.path.join(FIXTURES, "examples/machine-learning/a3-megagpu-8g/a3mega-slurm-blueprint.yaml")
 A3ULTRA = os.path.join(FIXTURES, "examples/machine-learning/a3-ultragpu-8g/a3ultra-slurm-blueprint.yaml")
 
+# What a user gives with --vars for the vars CT's deployment files leave empty ("region: # supply
+# ..."); gcluster, like ctk, refuses a var left null (see test_null_deployment_vars_are_errors_there).
+DEPLOYMENT_VARS = {
+    A3MEGA: ["region=us-central1,zone=us-central1-a,network_name_system=sys-net,subnetwork_name_system=sys-subnet",
+             "slurm_cluster_name=a3mega,a3mega_cluster_size=16,a3mega_reservation_name=a3mega-res"],
+    A3ULTRA: ["region=europe-west1,zone=europe-west1-b,a3u_reservation_name=a3u-res,a3u_cluster_size=4"],
+}
+
 pytestmark = pytest.mark.ct_fixtures
 
 
@@ -32,7 +40,16 @@ def deployment_file(bp):
 def extra_vars(bp):
     # The a3mega blueprint uses $(vars.disk_size_gb), which neither it nor its deployment file
     # defines; gcluster refuses it, and so does ctk (see test_a3mega_needs_disk_size_gb).
-    return ["disk_size_gb=100"] if bp == A3MEGA else []
+    return (["disk_size_gb=100"] if bp == A3MEGA else []) + DEPLOYMENT_VARS.get(bp, [])
+
+
+def null_vars(path):
+    """The vars a YAML file leaves empty, with their line and column (1-based)."""
+    import yaml
+    root = yaml.compose(open(path).read())
+    vars_node = next(v for k, v in root.value if k.value == "vars")
+    return {k.value: (k.start_mark.line + 1, k.start_mark.column + 1) for k, v in vars_node.value
+            if v.tag.endswith(":null")}
 
 
 def test_fixtures_are_there():
@@ -51,16 +68,48 @@ def test_fixture_validates(bp, capsys):
     assert rc == 0 and out["ok"] is True, out
 
 
+def test_fixtures_with_deployment_files_are_these():
+    assert sorted(b for b in blueprints() if deployment_file(b)) == sorted(DEPLOYMENT_VARS)
+
+
 def test_a3mega_needs_disk_size_gb(capsys):
-    rc = main(["validate", A3MEGA, "--vars", VARS[0], "-d", deployment_file(A3MEGA)])
+    rc = main(["validate", A3MEGA, "--vars", VARS[0], "-d", deployment_file(A3MEGA)]
+              + [f"--vars={v}" for v in DEPLOYMENT_VARS[A3MEGA]])
     err = capsys.readouterr().err
     assert rc == 2
     assert f"{A3MEGA}:462:25: error: unknown variable 'vars.disk_size_gb'" in err
     assert "disk_size: $(vars.disk_size_gb)" in err  # the source line is shown
+    assert "1 error" in err.splitlines()
+
+
+@pytest.mark.parametrize("bp", sorted(DEPLOYMENT_VARS), ids=os.path.basename)
+def test_null_deployment_vars_are_errors_there(bp, capsys):
+    dep = deployment_file(bp)
+    empty = null_vars(dep)
+    assert {"region", "zone", "project_id", "deployment_name"} <= set(empty)
+    rc = main(["validate", bp, "-d", dep] + (["--vars", "disk_size_gb=100"] if bp == A3MEGA else []))
+    err = capsys.readouterr().err
+    assert rc == 2
+    reported = [ln for ln in err.splitlines() if ": error: " in ln]
+    # Every var the file leaves empty, each at its own line there, and nothing else.
+    assert sorted(reported) == sorted(f"{dep}:{line}:{col}: error: deployment variable '{name}' is not set"
+                                      for name, (line, col) in empty.items())
+    assert "  hint: give it a value there, or pass --vars region=VALUE" in err.splitlines()
+
+
+def test_a_null_var_a_module_uses_is_reported_where_it_was_left_empty_not_where_it_is_used(capsys):
+    # a3mega_cluster_size feeds node_count_static (a number): no type error there.
+    vs = [v.replace("a3mega_cluster_size=16,", "") for v in DEPLOYMENT_VARS[A3MEGA]]
+    rc = main(["validate", A3MEGA, "-d", deployment_file(A3MEGA), "--vars", VARS[0], "--vars", "disk_size_gb=100"]
+              + [f"--vars={v}" for v in vs] + ["--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 2
+    assert [(e["file"], e["line"], e["col"], e["message"]) for e in out["errors"]] == [
+        (deployment_file(A3MEGA), 36, 3, "deployment variable 'a3mega_cluster_size' is not set")]
 
 
 def test_a3mega_model_has_eight_h100_per_node():
-    exp = process(A3MEGA, VARS + ["disk_size_gb=100", "a3mega_cluster_size=16"], deployment_file(A3MEGA))
+    exp = process(A3MEGA, VARS + ["disk_size_gb=100"] + DEPLOYMENT_VARS[A3MEGA], deployment_file(A3MEGA))
     dep = exp.deployment
     ns = dep.nodeset("a3meganodeset")
     assert (ns.machine_type, ns.gpu_type, ns.gpu_count, ns.cpus) == ("a3-megagpu-8g", "h100", 8, 208)
@@ -76,7 +125,8 @@ def test_a3mega_model_has_eight_h100_per_node():
 
 
 def test_show_reports_partitions_and_accelerators(capsys):
-    rc = main(["show", A3MEGA, "--vars", VARS[0], "--vars", "disk_size_gb=100", "-d", deployment_file(A3MEGA)])
+    rc = main(["show", A3MEGA, "--vars", VARS[0], "--vars", "disk_size_gb=100", "-d", deployment_file(A3MEGA)]
+              + [f"--vars={v}" for v in DEPLOYMENT_VARS[A3MEGA]])
     out = capsys.readouterr().out
     assert rc == 0
     assert "8 x H100" in out and "a3mega*" in out and "debug" in out
@@ -84,7 +134,7 @@ def test_show_reports_partitions_and_accelerators(capsys):
 
 
 def test_a3ultra_is_h200():
-    dep = process(A3ULTRA, VARS, deployment_file(A3ULTRA)).deployment
+    dep = process(A3ULTRA, VARS + DEPLOYMENT_VARS[A3ULTRA], deployment_file(A3ULTRA)).deployment
     ns = [n for n in dep.nodesets if n.machine_type == "a3-ultragpu-8g"][0]
     assert (ns.gpu_type, ns.gpu_count, ns.network) == ("h200", 8, "rdma")
 
@@ -111,9 +161,11 @@ def test_ghpc_stage_resolves_relative_to_the_blueprint():
     assert ctl.settings["slurm_conf_tpl"] == "staged/etc/htc-slurm.conf.tpl"
 
 
-def test_errors_from_all_fixtures_are_not_raised_with_null_deployment_name():
-    # The a3mega deployment file leaves deployment_name empty; without --vars it is an error there.
+def test_a_null_deployment_name_is_one_error_at_the_deployment_file():
+    # The a3mega deployment file leaves deployment_name empty; without --vars it is an error there,
+    # once (not also "deployment_name is empty" or an invalid label).
     with pytest.raises(BlueprintErrors) as e:
-        process(A3MEGA, ["project_id=p", "disk_size_gb=100"], deployment_file(A3MEGA))
-    err = [x for x in e.value.errors if "deployment_name" in x.message][0]
-    assert err.pos.file.endswith("a3mega-slurm-deployment.yaml") and err.pos.line == 25
+        process(A3MEGA, ["project_id=p", "disk_size_gb=100"] + DEPLOYMENT_VARS[A3MEGA], deployment_file(A3MEGA))
+    [err] = e.value.errors
+    assert err.message == "deployment variable 'deployment_name' is not set"
+    assert err.pos.file.endswith("a3mega-slurm-deployment.yaml") and (err.pos.line, err.pos.col) == (25, 3)

@@ -19,20 +19,18 @@ from conftest import FIXTURES
 from ctk import paths
 from ctk.cli import main
 from ctk.modules import slurm_gcp
+from test_golden import CASES
 
 GCP_JAX = os.path.join(paths.BLUEPRINTS, "gcp-jax.yaml")
-ML = f"{FIXTURES}/examples/machine-learning"
 VARS = "project_id=demo-project,deployment_name=demo"
-# Blueprints whose deployment folder gets gcp/, with the arguments `ctk create` needs.
+# Blueprints whose deployment folder gets gcp/, with the arguments `ctk create` needs (the golden
+# cases', for those that have one).
 HANDOFFS = {
-    "gcp-jax": (GCP_JAX, []),
-    "ct-ml-slurm": (f"{FIXTURES}/examples/ml-slurm.yaml", ["--vars", VARS]),
+    "gcp-jax": CASES["gcp-jax"],
+    "ct-ml-slurm": CASES["ct-ml-slurm"],
     "ct-image-builder": (f"{FIXTURES}/examples/image-builder.yaml", ["--vars", VARS]),
-    "ct-a3mega": (f"{ML}/a3-megagpu-8g/a3mega-slurm-blueprint.yaml",
-                  ["--vars", VARS, "--vars", "disk_size_gb=100,a3mega_cluster_size=128",
-                   "-d", f"{ML}/a3-megagpu-8g/a3mega-slurm-deployment.yaml"]),
-    "ct-a3ultra": (f"{ML}/a3-ultragpu-8g/a3ultra-slurm-blueprint.yaml",
-                   ["--vars", VARS + ",a3u_cluster_size=4", "-d", f"{ML}/a3-ultragpu-8g/a3ultra-slurm-deployment.yaml"]),
+    "ct-a3mega": CASES["ct-a3mega"],
+    "ct-a3ultra": CASES["ct-a3ultra"],
 }
 NEVER_ON_SLURM_GCP = {"munge", "slurm", "nvidia_driver", "cuda"}
 

@@ -30,11 +30,15 @@ CASES.update({
     "ct-hpc-slurm": (f"{FIXTURES}/examples/hpc-slurm.yaml", ["--vars", VARS]),
     "ct-ml-slurm": (f"{FIXTURES}/examples/ml-slurm.yaml", ["--vars", VARS]),
     "ct-hpc-slurm6-tpu": (f"{FIXTURES}/community/examples/hpc-slurm6-tpu.yaml", ["--vars", VARS]),
+    # The vars these deployment files leave empty are given, as gcluster requires.
     "ct-a3mega": (f"{FIXTURES}/{ML}/a3-megagpu-8g/a3mega-slurm-blueprint.yaml",
                   ["--vars", VARS, "--vars", "disk_size_gb=100,a3mega_cluster_size=128",
+                   "--vars", "region=us-central1,zone=us-central1-a,network_name_system=sys-net,"
+                   "subnetwork_name_system=sys-subnet,slurm_cluster_name=demo,a3mega_reservation_name=a3mega-res",
                    "-d", f"{FIXTURES}/{ML}/a3-megagpu-8g/a3mega-slurm-deployment.yaml"]),
     "ct-a3ultra": (f"{FIXTURES}/{ML}/a3-ultragpu-8g/a3ultra-slurm-blueprint.yaml",
                    ["--vars", VARS + ",a3u_cluster_size=4",
+                    "--vars", "region=europe-west1,zone=europe-west1-b,a3u_reservation_name=a3u-res",
                     "-d", f"{FIXTURES}/{ML}/a3-ultragpu-8g/a3ultra-slurm-deployment.yaml"]),
 })
 

@@ -9,13 +9,13 @@ from typing import Any
 
 from .blueprint.errors import BlueprintError, Collector, did_you_mean
 from .blueprint.expand import Expanded, ExpandedModule
-from .blueprint.expression import Deferred, is_deferred
+from .blueprint.expression import CannotEvaluate, Deferred, is_deferred
 from .model import (BASES, BASE_PYTHON, DEFAULT_BASE, Controller, Deployment, ImageSpec, Login, Nodeset,
                      Partition, SharedFs, SshHost, Unsupported, base_python)
 from .modules import is_remote
 from .modules.ctk_kinds import SERVICE_MANAGERS, SSH_HOST_KEYS, SSH_ROLES
-from .modules.machines import accelerator_gpu, lookup_machine, lookup_tpu
 from .modules import slurm_gcp
+from .modules.machines import accelerator_gpu, known_machine_types, known_series, lookup_machine, lookup_tpu
 from .stacks import Stack, load_stacks, newest_for, python_tuple
 from .stacks.drivers import (GPU_NEEDS, TE_MIN_CUDA, bases_with_dcgm, bases_with_driver, bases_with_toolkit,
                              cuda_toolkit, has_dcgm, image_driver)
@@ -78,8 +78,8 @@ def plan(exp: Expanded, c: Collector, stacks: dict[str, Stack] | None = None) ->
     dname = exp.deployment_name
     controllers = [m for m in exp.modules if m.schema and m.schema.role == "controller"]
     cluster = slurm_cluster_name(dname)
-    if controllers and isinstance(controllers[0].settings.get("slurm_cluster_name"), str):
-        cluster = controllers[0].settings["slurm_cluster_name"]
+    if controllers and isinstance(controllers[0].setting("slurm_cluster_name"), str):
+        cluster = controllers[0].setting("slurm_cluster_name")
     dep = Deployment(deployment_name=dname, blueprint_name=exp.blueprint.name, slurm_cluster_name=cluster)
 
     by_id: dict[str, Nodeset] = {}
@@ -145,6 +145,7 @@ def plan(exp: Expanded, c: Collector, stacks: dict[str, Stack] | None = None) ->
     if dep.controller is not None and dep.controller.slurm_auth:
         _check_slurm_auth(auth_em, dep, c, doc)
     _ssh_target(exp, dep, c, doc)
+    _uncomputed(exp, c)
 
     defaults = [p for p in dep.partitions if p.is_default]
     if len(defaults) > 1:
@@ -163,6 +164,23 @@ def plan(exp: Expanded, c: Collector, stacks: dict[str, Stack] | None = None) ->
             c.add(f"invalid partition_name '{p.name}'", doc.pos(where),
                   "slurm-gcp partition names are lowercase letters and digits, starting with a letter")
     return dep
+
+
+def _uncomputed(exp: Expanded, c: Collector) -> None:
+    """A function call in a setting planning read, which ctk could not compute: an error at the
+    call (Terraform would compute it on the gcp target; this target needs the value now)."""
+    seen = set()
+    for em in exp.modules:
+        for name, lazy, e in em.unresolved:
+            key = (id(lazy), e.offset, e.message)
+            if key in seen:
+                continue
+            seen.add(key)
+            doc, path = lazy.where or (exp.blueprint.doc, em.module.path + ("settings", name))
+            message = e.message
+            if isinstance(e, CannotEvaluate) and message.startswith("ctk cannot evaluate"):
+                message += f": ctk needs setting '{name}' of module '{em.id}' to plan the cluster"
+            c.add(message, doc.pos_in(path, e.offset), e.hint)
 
 
 def _fs_type(src: str, em: ExpandedModule) -> str:
@@ -400,10 +418,10 @@ def _image_of(em: ExpandedModule, images: dict[str, str]) -> str | None:
     for mid in em.modules_feeding("image"):
         if mid in images:
             return images[mid]
-    v = em.settings.get("image")
+    v = em.setting("image")
     if isinstance(v, str):
         return v
-    fam = em.settings.get("instance_image")
+    fam = em.setting("instance_image")
     if isinstance(fam, dict) and isinstance(fam.get("family"), str):
         return fam["family"]
     return None
@@ -435,7 +453,8 @@ def _nodeset(em: ExpandedModule, cluster: str, c: Collector, doc, images=None) -
     mt = lookup_machine(mtype)
     if mt is None:
         c.add(f"unknown machine type {mtype!r}", doc.pos(path + ("settings", "machine_type")),
-              "ctk knows n1, n2, n2d, c2, c2d, c3, c3d, h3, e2, a2, a3, a4 and g2 types")
+              did_you_mean(mtype, known_machine_types())
+              or f"ctk knows the {', '.join(known_series())} series (and custom-CPUS-MB types)")
         return None
     gpu_type, gpu_count = mt.gpu_type, mt.gpu_count
     for acc in em.get("guest_accelerator") or []:
@@ -458,7 +477,7 @@ def _partition(em: ExpandedModule, by_id: dict[str, Nodeset], c: Collector, doc)
     max_time = conf.pop("MaxTime", None) or em.get("max_time")
     over = conf.pop("OverSubscribe", None) or em.get("oversubscribe")
     for key, slurm_key in (("resume_timeout", "ResumeTimeout"), ("suspend_timeout", "SuspendTimeout")):
-        v = em.settings.get(key)
+        v = em.setting(key)
         if v is not None and not is_deferred(v) and slurm_key not in conf:
             conf[slurm_key] = v
     name = _str(em.get("partition_name"), em.id) or em.id

@@ -13,7 +13,8 @@ from typing import Any
 from ..modules import lookup
 from ..modules.schema import ModuleKind
 from .errors import BlueprintError, Collector, did_you_mean
-from .expression import (Const, Deferred, Env, ExprError, Ref, access, evaluate, parse_string)
+from .expression import (CTK, PACKER, TERRAFORM, VARS, Deferred, Env, ExprError, Lazy, Ref, access, evaluate,
+                         has_lazy, parse_string, resolve, unparse)
 from .load import Document
 from .structure import Blueprint, Module
 from .vars import VarSource
@@ -31,10 +32,21 @@ class ExpandedModule:
     from_vars: set[str] = field(default_factory=set)
     refs: dict[str, list[str]] = field(default_factory=dict)  # setting -> referenced module ids
     opaque_use: bool = False  # uses a module whose outputs ctk cannot know
+    # (setting, Lazy, ExprError): a function call in a setting ctk read but could not compute
+    unresolved: list = field(default_factory=list)
 
     @property
     def id(self) -> str:
         return self.module.id
+
+    def setting(self, name: str, default=None):
+        """The setting's value as set or wired (no schema default), computed as get() does."""
+        if name not in self.settings:
+            return default
+        v = self.settings[name]
+        if not has_lazy(v):
+            return v
+        return resolve(v, lambda lazy, e: self.unresolved.append((name, lazy, e)))
 
     def modules_feeding(self, setting: str) -> list[str]:
         """Module ids that supply `setting`, through `use` or explicit references."""
@@ -45,9 +57,11 @@ class ExpandedModule:
         return out
 
     def get(self, name: str, default=None):
-        """The setting's value, else the schema default, else `default`."""
+        """The setting's value, else the schema default, else `default`. A function call kept
+        as an expression (a Lazy) is computed here where ctk can; one it cannot compute stays
+        deferred and is noted in `unresolved` (planning reports it: ctk needed the value)."""
         if name in self.settings:
-            return self.settings[name]
+            return self.setting(name)
         if self.schema and self.schema.input(name) is not None:
             d = self.schema.input(name).default
             return default if d is None else d
@@ -117,15 +131,7 @@ def plain(v):
 
 
 def _ref_text(node: Ref) -> str:
-    s = f"{node.root}.{node.name}"
-    for acc in node.path:
-        if isinstance(acc, str):
-            s += f".{acc}"
-        elif isinstance(acc, Const):
-            s += f"[{acc.value!r}]" if isinstance(acc.value, str) else f"[{acc.value}]"
-        else:
-            s += "[...]"
-    return f"$({s})"
+    return f"$({unparse(node)})"
 
 
 class _Evaluator(Env):
@@ -141,6 +147,19 @@ class _Evaluator(Env):
         self.used_vars: set[str] = set()
         self.staged: dict[str, str] = {}
         self.module_ids = [m.id for m in bp.modules()]
+        self.warnings: list[BlueprintError] = []
+        self.where: tuple | None = None  # (document, path) of the string being evaluated
+
+    @property
+    def context(self) -> str:
+        """Who evaluates the string: gcluster (vars, a Packer module's settings), Terraform (a
+        Terraform module's settings: any Terraform function), or ctk (its own kinds)."""
+        m = self.current
+        if m is None:
+            return VARS
+        if m.kind == "packer":
+            return PACKER
+        return CTK if m.source.startswith("ctk/") else TERRAFORM
 
     # -- vars ---------------------------------------------------------------------------
     def var_value(self, name: str):
@@ -210,6 +229,33 @@ class _Evaluator(Env):
         self.staged[dest] = src
         return dest
 
+    def read_file(self, path: str, node) -> str:
+        """file(PATH): a staged path (what ghpc_stage gave) reads its source; any other path is
+        relative to the blueprint's folder."""
+        src = None
+        for dest, source in self.staged.items():
+            if path == dest or path.startswith(dest + "/"):
+                src = source + path[len(dest):]
+                break
+        src = os.path.normpath(src or os.path.join(self.base_dir, path))
+        if not os.path.isfile(src):
+            raise ExprError(f"file(): no such file '{path}'", node.offset,
+                            f"paths are relative to the blueprint's folder ({self.base_dir}), as "
+                            "ghpc_stage's are; looked for " + src)
+        try:
+            with open(src, "rb") as f:
+                return f.read().decode("utf-8")
+        except UnicodeDecodeError:
+            raise ExprError(f"file(): '{path}' is not UTF-8 text", node.offset,
+                            "Terraform's file() reads UTF-8 text only (filebase64() reads any file)") from None
+        except OSError as e:
+            raise ExprError(f"file(): cannot read '{path}': {e.strerror}", node.offset) from None
+
+    def warn(self, message: str, offset: int, hint: str = "") -> None:
+        if self.where is not None:
+            doc, path = self.where
+            self.warnings.append(BlueprintError(message, doc.pos_in(path, offset), hint))
+
     # -- trees ----------------------------------------------------------------------------
     def tree(self, value, doc: Document, path: tuple):
         if isinstance(value, dict):
@@ -217,12 +263,30 @@ class _Evaluator(Env):
         if isinstance(value, list):
             return [self.tree(v, doc, path + (i,)) for i, v in enumerate(value)]
         if isinstance(value, str):
+            saved, self.where = self.where, (doc, path)
             try:
-                return evaluate(parse_string(value), self)
+                out = evaluate(parse_string(value), self)
             except ExprError as e:
                 self.c.add(e.message, doc.pos_in(path, e.offset), e.hint)
                 return INVALID
+            finally:
+                self.where = saved
+            _place(out, doc, path)
+            return out
         return value
+
+
+def _place(v, doc: Document, path: tuple) -> None:
+    """Tell each Lazy in a string's value which string it came from (for its errors)."""
+    if isinstance(v, Lazy):
+        if v.where is None:
+            v.where = (doc, path)
+    elif isinstance(v, dict):
+        for x in v.values():
+            _place(x, doc, path)
+    elif isinstance(v, list):
+        for x in v:
+            _place(x, doc, path)
 
 
 def _get(value, path):
@@ -249,6 +313,7 @@ def collect_vars(bp: Blueprint, deployment: tuple[Document, dict] | None,
 def expand(bp: Blueprint, var_sources: dict[str, VarSource], c: Collector) -> Expanded:
     base_dir = os.path.dirname(os.path.abspath(bp.doc.file))
     ev = _Evaluator(bp, var_sources, c, base_dir)
+    _unset_vars(var_sources, ev, c)
     for name in var_sources:
         try:
             ev.var_value(name)
@@ -283,9 +348,23 @@ def expand(bp: Blueprint, var_sources: dict[str, VarSource], c: Collector) -> Ex
                     ev.used_vars.add(inp.name)
         modules.append(em)
 
-    exp = Expanded(bp, dict(ev.values), var_sources, modules, ev.staged)
+    exp = Expanded(bp, dict(ev.values), var_sources, modules, ev.staged, warnings=list(ev.warnings))
     exp.used_vars = ev.used_vars  # type: ignore[attr-defined]
     return exp
+
+
+def _unset_vars(var_sources: dict[str, VarSource], ev: _Evaluator, c: Collector) -> None:
+    """A var left empty (null) wherever it won, as a deployment file's `region: # supply ...`:
+    an error at that key, whether or not a module uses it. gcluster refuses every null var
+    before it expands the modules (pkg/config/validate.go, validateVars)."""
+    for name, src in var_sources.items():
+        if _get(src.doc.value, src.path) is not None:
+            continue
+        where = "--vars" if src.doc.file.startswith("--vars") else "there"
+        c.add(f"deployment variable '{name}' is not set", src.doc.key_pos(src.path),
+              f"give it a value: --vars {name}=VALUE" if where == "--vars" else
+              f"give it a value there, or pass --vars {name}=VALUE")
+        ev.values[name] = INVALID  # reported: no error further on for what it feeds
 
 
 def _default_labels(bp: Blueprint, ev: _Evaluator) -> None:

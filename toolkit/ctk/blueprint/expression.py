@@ -1,20 +1,22 @@
 """Cluster Toolkit expressions inside blueprint strings.
 
 `$(vars.x)`, `$(module_id.output)`, indexing (`$(m.nodes[0].ip)`), interpolation
-(`"$(a.name)_$(vars.zone)"`), escapes (`\\$(`), literals `((terraform))`, and the functions
-blueprints use: merge, flatten, jsonencode, ghpc_stage (plus a few plain ones).
+(`"$(a.name)_$(vars.zone)"`), escapes (`\\$(`), literals `((terraform))`, and function calls:
+where each function may be called, and which ones ctk computes, is in functions.py. A call in
+a Terraform module's setting stays an expression (a Lazy: its text for `ctk expand` and
+gcluster, computed only when ctk needs the value).
 
 Parsing is pure; evaluation is done by the caller through an `Env` (see expand.py).
 """
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from .errors import did_you_mean
+from .functions import COMPUTED, GCLUSTER_FUNCTIONS, TERRAFORM_FUNCTIONS, CannotCompute, to_text
 
 _LITERAL = re.compile(r"^\(\((.*)\)\)$", re.S)
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
@@ -290,8 +292,18 @@ class _Parser:
             c = self.s[self.i]
             if c == "\\" and self.i + 1 < self.end:
                 nxt = self.s[self.i + 1]
-                out.append({"n": "\n", "t": "\t", '"': '"', "\\": "\\"}.get(nxt, nxt))
+                width = {"u": 4, "U": 8}.get(nxt, 0)
+                digits = self.s[self.i + 2:self.i + 2 + width]
+                if width and len(digits) == width and all(d in "0123456789abcdefABCDEF" for d in digits):
+                    out.append(chr(int(digits, 16)))  # HCL's \uNNNN and \UNNNNNNNN
+                    self.i += 2 + width
+                    continue
+                out.append({"n": "\n", "r": "\r", "t": "\t", '"': '"', "\\": "\\"}.get(nxt, nxt))
                 self.i += 2
+                continue
+            if self.s.startswith(("$${", "%%{"), self.i):  # HCL's escapes of template sequences
+                out.append(c + "{")
+                self.i += 3
                 continue
             if c == '"':
                 self.i += 1
@@ -321,13 +333,46 @@ class Deferred:
         self.text = text
 
     def __repr__(self):
-        return f"Deferred({self.text!r})"
+        return f"{type(self).__name__}({self.text!r})"
 
     def __eq__(self, other):
         return isinstance(other, Deferred) and other.text == self.text
 
     def __hash__(self):
         return hash(self.text)
+
+    @property
+    def expr(self) -> str | None:
+        """The text as an expression that can stand inside another `$(...)`, when it is one."""
+        t = self.text
+        if t.startswith("$(") and t.endswith(")"):
+            try:
+                if isinstance(parse_string(t), Node):
+                    return t[2:-1]
+            except ExprError:
+                pass
+        return None
+
+
+class Lazy(Deferred):
+    """A function call kept as an expression (for gcluster and `ctk expand`), which ctk computes
+    when it needs the value: `compute()` gives the value, or the Lazy itself while it depends on
+    a value known only when deployed, or raises ExprError (at an offset in the same string).
+    `where` is the (document, path) of the string it came from, set by the evaluator."""
+
+    def __init__(self, text: str, offset: int, compute: Callable[[], Any]):
+        super().__init__(text)
+        self.offset = offset
+        self._compute = compute
+        self.where: tuple | None = None
+
+    def compute(self):
+        if not hasattr(self, "_value"):
+            v = self._compute()
+            if v is self:
+                return v  # still deferred: try again later
+            self._value = v
+        return self._value
 
 
 def is_deferred(v) -> bool:
@@ -340,8 +385,43 @@ def is_deferred(v) -> bool:
     return False
 
 
+def has_lazy(v) -> bool:
+    if isinstance(v, Lazy):
+        return True
+    if isinstance(v, dict):
+        return any(has_lazy(x) for x in v.values())
+    if isinstance(v, list):
+        return any(has_lazy(x) for x in v)
+    return False
+
+
+def resolve(v, on_error: Callable[[Lazy, ExprError], None] | None = None):
+    """`v` with each Lazy in it computed where it can be; one that fails is left in place and
+    reported to `on_error` (without it, the ExprError is raised)."""
+    if isinstance(v, Lazy):
+        try:
+            return v.compute()
+        except ExprError as e:
+            if on_error is None:
+                raise
+            on_error(v, e)
+            return v
+    if isinstance(v, dict):
+        return {k: resolve(x, on_error) for k, x in v.items()}
+    if isinstance(v, list):
+        return [resolve(x, on_error) for x in v]
+    return v
+
+
+# Where an expression is evaluated decides which functions it may call (see functions.py).
+VARS, PACKER, TERRAFORM, CTK = "vars", "packer", "terraform", "ctk"
+
+
 class Env:
-    """What evaluation needs from the blueprint: resolve references and stage files."""
+    """What evaluation needs from the blueprint: resolve references, stage and read files, and
+    the context of the string (VARS, PACKER, TERRAFORM or CTK)."""
+
+    context = VARS
 
     def ref(self, node: Ref) -> Any:  # pragma: no cover - interface
         raise NotImplementedError
@@ -349,63 +429,11 @@ class Env:
     def stage(self, path: str, node: Node) -> str:  # pragma: no cover - interface
         raise NotImplementedError
 
+    def read_file(self, path: str, node: Node) -> str:  # pragma: no cover - interface
+        raise NotImplementedError
 
-def _flatten(v):
-    if isinstance(v, list):
-        out = []
-        for x in v:
-            out.extend(_flatten(x))
-        return out
-    return [v]
-
-
-def _merge(*maps):
-    out: dict = {}
-    for m in maps:
-        if m is None:
-            continue
-        if not isinstance(m, dict):
-            raise TypeError("merge() takes maps")
-        out.update(m)
-    return out
-
-
-def _concat(*lists):
-    out: list = []
-    for lst in lists:
-        if not isinstance(lst, list):
-            raise TypeError("concat() takes lists")
-        out.extend(lst)
-    return out
-
-
-def _join(sep, lst):
-    return sep.join(_to_text(x) for x in lst)
-
-
-FUNCTIONS: dict[str, Callable] = {
-    "merge": _merge,
-    "flatten": lambda v: _flatten(v),
-    "jsonencode": lambda v: json.dumps(v, separators=(",", ":"), sort_keys=False),
-    "concat": _concat,
-    "join": _join,
-    "lower": lambda s: s.lower(),
-    "upper": lambda s: s.upper(),
-    "length": lambda v: len(v),
-    "tostring": lambda v: _to_text(v),
-}
-
-
-def _to_text(v) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if v is None:
-        return ""
-    if isinstance(v, (dict, list)):
-        return json.dumps(v)
-    if isinstance(v, float) and v.is_integer():
-        return str(int(v))
-    return str(v)
+    def warn(self, message: str, offset: int, hint: str = "") -> None:
+        pass
 
 
 def evaluate(parsed, env: Env):
@@ -417,22 +445,35 @@ def evaluate(parsed, env: Env):
     if isinstance(parsed, Interp):
         vals = [p if isinstance(p, str) else _eval(p, env) for p in parsed.parts]
         if any(is_deferred(v) for v in vals):
-            return Deferred("".join(p.replace("$(", "\\$(") if isinstance(p, str) else _deferred_text(v)
-                                    for p, v in zip(parsed.parts, vals)))
-        for p, v in zip(parsed.parts, vals):
-            if isinstance(v, (dict, list)):
-                raise ExprError("a map or list cannot be interpolated into a string", p.offset,
-                                "use the reference alone as the whole value, or jsonencode()")
-        return "".join(_to_text(v) for v in vals)
+            text = "".join(p.replace("$(", "\\$(") if isinstance(p, str) else _deferred_text(v)
+                           for p, v in zip(parsed.parts, vals))
+            if not any(has_lazy(v) for v in vals):
+                return Deferred(text)
+            first = next(p for p, v in zip(parsed.parts, vals) if not isinstance(p, str) and has_lazy(v))
+            lazy: Lazy = Lazy(text, first.offset, lambda: _join_parts(parsed.parts, [resolve(v) for v in vals], lazy))
+            return lazy
+        return _join_parts(parsed.parts, vals)
     return _eval(parsed, env)
+
+
+def _join_parts(parts, vals, deferred=None):
+    if deferred is not None and any(is_deferred(v) for v in vals):
+        return deferred
+    for p, v in zip(parts, vals):
+        if isinstance(v, (dict, list)):
+            raise ExprError("a map or list cannot be interpolated into a string", p.offset,
+                            "use the reference alone as the whole value, or jsonencode()")
+    return "".join(to_text(v) for v in vals)
 
 
 def _deferred_text(v) -> str:
     if isinstance(v, Deferred):
         return v.text
     if isinstance(v, str):
-        return v
-    return _to_text(v)
+        return v.replace("$(", "\\$(")
+    if is_deferred(v):
+        return "$(" + _literal(v) + ")"
+    return to_text(v)
 
 
 def _eval(node: Node, env: Env):
@@ -445,28 +486,180 @@ def _eval(node: Node, env: Env):
     if isinstance(node, MapLit):
         return {k: _eval(v, env) for k, v in node.items}
     if isinstance(node, _Index):
-        return access(_eval(node.base, env), node.path, env, node.offset)
+        base = _eval(node.base, env)
+        keys = [acc if isinstance(acc, str) else _eval(acc, env) for acc in node.path]
+        if not has_lazy(base) and not any(has_lazy(k) for k in keys):
+            return access(base, keys, env, node.offset)
+        text = "$(" + _arg_text(node.base, base) + "".join(
+            f".{k}" if isinstance(k, str) and _IDENT.fullmatch(k) else f"[{_arg_text(acc, k)}]"
+            for acc, k in zip(node.path, keys)) + ")"
+        lazy: Lazy = Lazy(text, node.offset, lambda: _access_later(resolve(base), [resolve(k) for k in keys],
+                                                                   env, node.offset, lazy))
+        return lazy
     if isinstance(node, Call):
-        if node.func == "ghpc_stage":
-            if len(node.args) != 1:
-                raise ExprError("ghpc_stage() takes one path", node.offset)
-            p = _eval(node.args[0], env)
-            if not isinstance(p, str):
-                raise ExprError("ghpc_stage() takes a string path", node.offset)
-            return env.stage(p, node)
-        fn = FUNCTIONS.get(node.func)
-        if fn is None:
-            names = ["ghpc_stage", *FUNCTIONS]
-            raise ExprError(f"unknown function '{node.func}'", node.offset,
-                            did_you_mean(node.func, names) or f"known functions: {', '.join(names)}")
-        args = [_eval(a, env) for a in node.args]
-        if any(is_deferred(a) for a in args):
-            return Deferred(f"(({node.func}(...)))")
-        try:
-            return fn(*args)
-        except (TypeError, AttributeError, ValueError) as e:
-            raise ExprError(f"{node.func}(): {e}", node.offset) from None
+        return _call(node, env)
     raise ExprError("unsupported expression", node.offset)
+
+
+def _access_later(base, keys, env, offset, lazy):
+    if is_deferred(base) or any(is_deferred(k) for k in keys):
+        return lazy
+    return access(base, keys, env, offset)
+
+
+def _call(node: Call, env: Env):
+    name = node.func
+    if name == "ghpc_stage":
+        if len(node.args) != 1:
+            raise ExprError("ghpc_stage() takes one path", node.offset)
+        p = _eval(node.args[0], env)
+        if not isinstance(p, str):
+            raise ExprError("ghpc_stage() takes a string path", node.offset)
+        return env.stage(p, node)
+    ctx = env.context
+    if ctx in (VARS, PACKER) and name not in GCLUSTER_FUNCTIONS:
+        where = "vars" if ctx == VARS else "the settings of a Packer module"
+        raise ExprError(f"unsupported function '{name}' in {where}", node.offset,
+                        did_you_mean(name, GCLUSTER_FUNCTIONS) or
+                        f"{where} may call only merge, flatten and ghpc_stage (gcluster evaluates them "
+                        "itself); Terraform's other functions work in the settings of Terraform modules")
+    if ctx == CTK and name not in COMPUTED:
+        raise _not_computed(node)
+    args = [_eval(a, env) for a in node.args]
+    eager = ctx != TERRAFORM or name in GCLUSTER_FUNCTIONS
+    if eager and not any(is_deferred(a) for a in args):
+        return _apply(node, args, env)
+    if ctx == TERRAFORM and name not in TERRAFORM_FUNCTIONS and name not in COMPUTED:
+        env.warn(f"'{name}' is not a Terraform function: Terraform will refuse this setting", node.offset,
+                 did_you_mean(name, TERRAFORM_FUNCTIONS) or "see Terraform's list of functions")
+    text = f"$({_call_text(node, args)})"
+    lazy: Lazy = Lazy(text, node.offset, lambda: _compute_call(node, args, env, lazy))
+    return lazy
+
+
+def _compute_call(node: Call, args: list, env: Env, lazy: Lazy):
+    vals = [resolve(a) for a in args]
+    if any(is_deferred(v) for v in vals):
+        return lazy  # known only when deployed
+    if node.func not in COMPUTED:
+        raise _not_computed(node)
+    return _apply(node, vals, env)
+
+
+def _not_computed(node: Call) -> ExprError:
+    name = node.func
+    if name in TERRAFORM_FUNCTIONS:
+        return CannotEvaluate(f"ctk cannot evaluate {name}() for this target", node.offset,
+                              "ctk computes " + ", ".join(sorted(COMPUTED)) + " itself; give the value "
+                              "directly, or compute it with those", name)
+    return CannotEvaluate(f"unknown function '{name}'", node.offset,
+                          did_you_mean(name, sorted(COMPUTED) + ["ghpc_stage"]) or
+                          did_you_mean(name, TERRAFORM_FUNCTIONS) or "it is not a Terraform function either",
+                          name)
+
+
+class CannotEvaluate(ExprError):
+    """A call ctk does not compute (`func`), where it needs the value."""
+
+    def __init__(self, message: str, offset: int, hint: str, func: str):
+        super().__init__(message, offset, hint)
+        self.func = func
+
+
+def _apply(node: Call, args: list, env: Env):
+    name = node.func
+    try:
+        if name == "file":
+            if len(args) != 1 or not isinstance(args[0], str):
+                raise TypeError("takes one path")
+            return env.read_file(args[0], node)
+        return COMPUTED[name](*args)
+    except CannotCompute as e:
+        raise CannotEvaluate(f"ctk cannot evaluate {e} for this target", node.offset,
+                             "give the value directly", name) from None
+    except (TypeError, AttributeError, ValueError) as e:
+        raise ExprError(f"{name}(): {e}", node.offset) from None
+
+
+# ---- back to blueprint text -------------------------------------------------------------
+
+class _NoLiteral(Exception):
+    pass
+
+
+def _literal(v) -> str:
+    """A value written as a blueprint expression (HCL syntax)."""
+    if isinstance(v, Deferred):
+        if v.expr is None:
+            raise _NoLiteral
+        return v.expr
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, str):
+        return _quote(v)
+    if isinstance(v, list):
+        return "[" + ", ".join(_literal(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{_key(str(k))} = {_literal(x)}" for k, x in v.items()) + "}"
+    raise _NoLiteral
+
+
+def _quote(s: str) -> str:
+    out = ['"']
+    for ch in s:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ch in "\n\r\t":
+            out.append({"\n": "\\n", "\r": "\\r", "\t": "\\t"}[ch])
+        elif ord(ch) < 0x20:
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    out.append('"')
+    # HCL reads ${ and %{ in a string as a template: written $${ and %%{
+    return "".join(out).replace("${", "$${").replace("%{", "%%{")
+
+
+def _key(k: str) -> str:
+    return k if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k) else _quote(k)
+
+
+def _arg_text(node: Node, value) -> str:
+    """An argument as blueprint text: its value where that can be written, else its source."""
+    try:
+        return _literal(value)
+    except _NoLiteral:
+        return unparse(node)
+
+
+def _call_text(node: Call, args: list) -> str:
+    return f"{node.func}({', '.join(_arg_text(a, v) for a, v in zip(node.args, args))})"
+
+
+def unparse(node: Node) -> str:
+    """A syntax tree back to blueprint expression text."""
+    if isinstance(node, Const):
+        return _literal(node.value)
+    if isinstance(node, Ref):
+        return f"{node.root}.{node.name}" + _accessors(node.path)
+    if isinstance(node, Call):
+        return f"{node.func}({', '.join(unparse(a) for a in node.args)})"
+    if isinstance(node, ListLit):
+        return "[" + ", ".join(unparse(x) for x in node.items) + "]"
+    if isinstance(node, MapLit):
+        return "{" + ", ".join(f"{_key(k)} = {unparse(v)}" for k, v in node.items) + "}"
+    if isinstance(node, _Index):
+        return unparse(node.base) + _accessors(node.path)
+    raise _NoLiteral
+
+
+def _accessors(path: list) -> str:
+    return "".join(f".{acc}" if isinstance(acc, str) and _IDENT.fullmatch(acc) else
+                   f"[{acc}]" if isinstance(acc, str) else f"[{unparse(acc)}]" for acc in path)
 
 
 def access(value, path: list, env: Env, offset: int, what: str = "value"):
@@ -474,7 +667,7 @@ def access(value, path: list, env: Env, offset: int, what: str = "value"):
     for acc in path:
         if isinstance(value, Deferred):  # unknown until deployed: so is any part of it
             return value
-        key = acc if isinstance(acc, str) else _eval(acc, env)
+        key = _eval(acc, env) if isinstance(acc, Node) else acc
         if isinstance(value, dict):
             if isinstance(key, str) and key in value:
                 value = value[key]

@@ -16,6 +16,57 @@ from .structure import NAME_RE
 # Vars every deployment has a use for, even when no module names them.
 _ALWAYS_USED = {"deployment_name", "project_id", "region", "zone", "labels"}
 
+_V6 = "community/modules/{}/schedmd-slurm-gcp-v6-{}"
+
+# Embedded sources Cluster Toolkit removed, and what replaces each (None: nothing does).
+# From its history: the slurm-gcp v5 modules went in v1.45.0 (commit 38570da, "Remove Slurm-gcp
+# v5 modules"; v1.44.2 is the last release with them), the v4 ones (SchedMD-slurm-on-gcp-*) in
+# v1.28 (commit 511e80c); docs/hybrid-slurm-cluster says slurm-gcp v6 has no hybrid module.
+REMOVED_SOURCES: dict[str, tuple[str, str | None]] = {
+    "community/modules/compute/schedmd-slurm-gcp-v5-node-group": ("v1.44.2", _V6.format("compute", "nodeset")),
+    "community/modules/compute/schedmd-slurm-gcp-v5-partition": ("v1.44.2", _V6.format("compute", "partition")),
+    "community/modules/compute/schedmd-slurm-gcp-v5-partition-dynamic":
+        ("v1.44.2", _V6.format("compute", "nodeset-dynamic")),
+    "community/modules/scheduler/schedmd-slurm-gcp-v5-controller": ("v1.44.2", _V6.format("scheduler", "controller")),
+    "community/modules/scheduler/schedmd-slurm-gcp-v5-login": ("v1.44.2", _V6.format("scheduler", "login")),
+    "community/modules/scheduler/schedmd-slurm-gcp-v5-hybrid": ("v1.44.2", None),
+    "community/modules/compute/SchedMD-slurm-on-gcp-partition":
+        ("v1.27.0", _V6.format("compute", "nodeset") + " with " + _V6.format("compute", "partition")),
+    "community/modules/scheduler/SchedMD-slurm-on-gcp-controller": ("v1.27.0", _V6.format("scheduler", "controller")),
+    "community/modules/scheduler/SchedMD-slurm-on-gcp-login-node": ("v1.27.0", _V6.format("scheduler", "login")),
+}
+
+# Embedded sources Cluster Toolkit moved: gcluster refuses the old path, naming the new one
+# (pkg/config/config.go, movedModules and checkMovedModule; it trims '.' and '/' from both ends).
+MOVED_SOURCES: dict[str, str] = {
+    "community/modules/scheduler/cloud-batch-job": "modules/scheduler/batch-job-template",
+    "community/modules/scheduler/cloud-batch-login-node": "modules/scheduler/batch-login-node",
+    "community/modules/scheduler/htcondor-configure": "community/modules/scheduler/htcondor-setup",
+    "community/modules/scripts/spack-install": "community/modules/scripts/spack-setup",
+    "community/modules/file-system/cloud-storage-bucket": "modules/file-system/cloud-storage-bucket",
+    "community/modules/project/service-account": "modules/project/service-account",
+    "community/modules/network/private-service-access": "modules/network/private-service-access",
+}
+
+
+def _gone_source(doc, mod, c: Collector) -> bool:
+    """A source Cluster Toolkit moved or removed: an error at `source:`; True when it is one."""
+    pos = doc.pos(mod.path + ("source",))
+    moved = MOVED_SOURCES.get(mod.source.strip().strip("./"))
+    if moved:
+        c.add(f"Cluster Toolkit moved module '{mod.source}' to '{moved}'", pos, f"use 'source: {moved}'")
+        return True
+    removed = REMOVED_SOURCES.get(mod.source.strip())
+    if removed is None:
+        return False
+    last, replacement = removed
+    pinned = f"github.com/GoogleCloudPlatform/cluster-toolkit//{mod.source.strip()}?ref={last}"
+    c.add(f"Cluster Toolkit removed module '{mod.source}' (its last release with it is {last})", pos,
+          f"use '{replacement}' instead; its settings differ (see its README)" if replacement else
+          f"Cluster Toolkit has no replacement for it (slurm-gcp v6 has no hybrid module); to keep it, "
+          f"pin the old release: 'source: {pinned}'")
+    return True
+
 
 def _type_ok(tstr: str, v) -> bool:
     if v is None or is_deferred(v):
@@ -66,6 +117,8 @@ def validate(exp: Expanded, c: Collector) -> None:
 
     for em in exp.modules:
         mod = em.module
+        if _gone_source(doc, mod, c):
+            continue
         if mod.source.startswith(("./", "../", "/")) and not is_remote(mod.source):
             local = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(doc.file)), mod.source))
             if not os.path.isdir(local):
@@ -131,7 +184,7 @@ def _validators(exp: Expanded, c: Collector) -> None:
     if "test_deployment_variable_not_used" in wanted:
         used = getattr(exp, "used_vars", set())
         for name, src in exp.var_sources.items():
-            if name not in used and name not in _ALWAYS_USED:
+            if name not in used and name not in _ALWAYS_USED and exp.vars.get(name) is not INVALID:
                 found.append(BlueprintError(f"var '{name}' is not used by any module",
                                             src.doc.key_pos(src.path),
                                             "remove it, or skip validator test_deployment_variable_not_used"))
