@@ -29,7 +29,10 @@ CASES = {
                   ["project_id=p,deployment_name=demo"], None,
                   {"debug*": ("4", "(null)"), "compute": ("20", "(null)"), "h3": ("20", "(null)")}),
     "a3mega": (f"{A3}/a3mega-slurm-blueprint.yaml",
-               ["project_id=p,deployment_name=demo,disk_size_gb=100,a3mega_cluster_size=4"],
+               ["project_id=p,deployment_name=demo,disk_size_gb=100,a3mega_cluster_size=4",
+                # what the deployment file leaves empty (gcluster refuses a null var)
+                "region=us-central1,zone=us-central1-a,network_name_system=sys-net,subnetwork_name_system=sys-subnet,"
+                "slurm_cluster_name=demo,a3mega_reservation_name=a3mega-res"],
                f"{A3}/a3mega-slurm-deployment.yaml",
                {"a3mega*": ("4", "gpu:h100:8"), "debug": ("4", "(null)")}),
 }

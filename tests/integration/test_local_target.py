@@ -333,6 +333,9 @@ def test_a3mega_fixture_schedules_8_gpus_and_refuses_9(lab_build, state, tmp_pat
     lab = deploy(tmp_path_factory, state, "a3mega", f"{A3}/a3mega-slurm-blueprint.yaml",
                  "-d", f"{A3}/a3mega-slurm-deployment.yaml",
                  "--vars", "project_id=p,deployment_name=a3,disk_size_gb=100,a3mega_cluster_size=64",
+                 # what the deployment file leaves empty (gcluster refuses a null var)
+                 "--vars", "region=us-central1,zone=us-central1-a,network_name_system=sys-net,"
+                 "subnetwork_name_system=sys-subnet,slurm_cluster_name=a3,a3mega_reservation_name=a3mega-res",
                  "--max-nodes", "2")
     try:
         # The batch job runs in the nodes, where only /home is shared: give it a folder there.
