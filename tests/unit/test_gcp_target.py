@@ -368,3 +368,14 @@ def test_every_golden_hand_off_is_checked_here():
     with_gcp = {d for d in os.listdir(golden) if os.path.isdir(os.path.join(golden, d, "gcp"))}
     assert with_gcp and with_gcp <= set(HANDOFFS), with_gcp - set(HANDOFFS)
     assert {"gcp-jax", "ct-ml-slurm", "ct-a3mega"} <= with_gcp
+
+
+def test_dcgm_on_a_slurm_gcp_image_needs_no_driver_role(tmp_path, capsys):
+    """slurm-gcp's images carry the driver: dcgm, an accelerator role, goes on them as it is."""
+    bp = variant(tmp_path, ("base: debian-12\n      roles: [common, jax]\n      stack: jax-cuda12-0.10",
+                            "base: debian-12\n      roles: [common, dcgm, jax]\n      stack: jax-cuda12-0.10"))
+    rc, out = validate(bp, capsys)
+    assert rc == 0, out
+    out_dir = tmp_path / "dep"
+    assert main(["create", bp, "-o", str(out_dir)]) == 0
+    assert image_vars(out_dir / "gcp")["jax-cuda"]["ctk_roles"] == ["common", "dcgm", "jax"]

@@ -340,7 +340,7 @@ def _accelerator_rules(exp: Expanded, dep: Deployment, c: Collector, stacks: dic
         if img.transformer_engine:
             _transformer_engine(exp, em, img, stack, c)
         if "dcgm" in img.roles:
-            _dcgm(exp, em, img, stack, c)
+            _dcgm(exp, em, img, stack, c, driver_in_image=fam is not None)
     for ns in dep.nodesets:
         need = GPU_NEEDS.get(ns.gpu_type or "")
         img = dep.image_of(ns)
@@ -398,12 +398,14 @@ def _transformer_engine(exp: Expanded, em: ExpandedModule, img: ImageSpec, stack
               f"({lock_path(stack, py, te=te)})", pos, f"make it: {lock_command(stack, py, te)}")
 
 
-def _dcgm(exp: Expanded, em: ExpandedModule, img: ImageSpec, stack: Stack | None, c: Collector) -> None:
-    """The dcgm role: after the driver, on a base NVIDIA publishes DCGM for, with a CUDA stack
-    (DCGM 4's packages are per CUDA major)."""
+def _dcgm(exp: Expanded, em: ExpandedModule, img: ImageSpec, stack: Stack | None, c: Collector,
+          driver_in_image: bool = False) -> None:
+    """The dcgm role: after the driver (the nvidia_driver role, or DRIVER_IN_IMAGE: slurm-gcp's
+    images carry one), on a base NVIDIA publishes DCGM for, with a CUDA stack (DCGM 4's packages
+    are per CUDA major)."""
     pos = exp.blueprint.doc.pos(em.module.path + (("settings", "roles") if "roles" in em.explicit else ("id",)))
     roles = img.roles
-    if "nvidia_driver" not in roles or roles.index("nvidia_driver") > roles.index("dcgm"):
+    if not driver_in_image and ("nvidia_driver" not in roles or roles.index("nvidia_driver") > roles.index("dcgm")):
         c.add(f"image '{img.name}': the dcgm role needs the NVIDIA driver: put nvidia_driver before it", pos)
     elif not has_dcgm(img.base):
         c.add(f"image '{img.name}': NVIDIA publishes no DCGM packages for base {img.base} (Debian's archive "

@@ -27,6 +27,7 @@ from ..runner import CommandError, run
 from ..stacks import Lock, Stack, get_stack, image_lock, jax_role_vars, pip_target_args
 from ..stacks import te as te_
 from ..stacks.drivers import cuda_toolkit
+from ..stacks.rolevars import role_variables
 from . import buildnode, packer
 from .base import base_key as base_layer_key, ensure_base
 from .store import Store
@@ -70,17 +71,6 @@ def _files_digest(paths_: list[str]) -> str:
                 h.update(f.read())
             h.update(b"\0")
     return h.hexdigest()
-
-
-def role_variables(spec: ImageSpec, role: str, stack: Stack, lock: Lock | None = None) -> dict:
-    """Variables that shape a role's layer; only the jax layer sees the stack and its lock."""
-    if role == "jax":
-        return jax_role_vars(stack, [lock or image_lock(spec, stack)])
-    if role == "slurm":
-        return {"slurm_flavour": "all"}
-    if role == "dcgm":  # DCGM 4's packages are per CUDA major
-        return {"dcgm_cuda_major": te_.cuda_major(stack.accelerator) or 12}
-    return {}
 
 
 def plan_layers(spec: ImageSpec, base_key: str, stack: Stack) -> list[LayerPlan]:

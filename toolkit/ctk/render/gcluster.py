@@ -32,7 +32,8 @@ from ..blueprint.expand import Expanded, plain
 from ..model import Deployment, ImageSpec, Nodeset
 from ..modules import lookup, slurm_gcp
 from ..modules.machines import lookup_machine
-from ..stacks import get_stack, image_lock, jax_role_vars
+from ..stacks import get_stack
+from ..stacks.rolevars import role_variables
 from ..yamlout import dump
 
 TARBALL = "ctk-roles.tar.gz"
@@ -91,11 +92,13 @@ def gcp_files(exp: Expanded, dep: Deployment) -> dict[str, str | bytes]:
 # ---- the roles tarball -------------------------------------------------------------------
 
 def image_vars(img: ImageSpec) -> dict:
-    """The role variables of an image's build on Google Cloud (the install phase)."""
-    out: dict = {"ctk_roles": gcp_roles(img)}
-    if "jax" in out["ctk_roles"]:
-        stack = get_stack(img.stack)
-        out.update(jax_role_vars(stack, [image_lock(img, stack)]))
+    """The role variables of an image's build on Google Cloud (the install phase): its roles'
+    own, as a local build gives each layer."""
+    roles = gcp_roles(img)
+    out: dict = {"ctk_roles": roles}
+    stack = get_stack(img.stack)
+    for role in roles:
+        out.update(role_variables(img, role, stack))
     return out
 
 

@@ -1,0 +1,20 @@
+"""The variables ctk gives each role of an image, wherever the image is built: a layer of the
+local store (images.build) or a build VM on Google Cloud (render.gcluster)."""
+
+from __future__ import annotations
+
+from ..model import ImageSpec
+from . import te as te_
+from .catalog import Stack
+from .lock import Lock, image_lock, jax_role_vars
+
+
+def role_variables(spec: ImageSpec, role: str, stack: Stack, lock: Lock | None = None) -> dict:
+    """Variables that shape a role's layer; only the jax layer sees the stack and its lock."""
+    if role == "jax":
+        return jax_role_vars(stack, [lock or image_lock(spec, stack)])
+    if role == "slurm":
+        return {"slurm_flavour": "all"}
+    if role == "dcgm":  # DCGM 4's packages are per CUDA major
+        return {"dcgm_cuda_major": te_.cuda_major(stack.accelerator) or 12}
+    return {}
