@@ -490,19 +490,24 @@ def _partition(em: ExpandedModule, by_id: dict[str, Nodeset], c: Collector, doc)
                      max_time=_str(max_time), oversubscribe=_str(over), conf=conf)
 
 
+def _target_module(exp: Expanded, role: str, what: str, hint: str, c: Collector, doc) -> ExpandedModule | None:
+    """The blueprint's target module of ROLE, or None; a second one is an error at its id."""
+    targets = [em for em in exp.modules if em.schema and em.schema.role == role]
+    for extra in targets[1:]:
+        c.add(f"a blueprint has one {what} target module", doc.pos(extra.module.path + ("id",)),
+              f"'{targets[0].id}' {hint}")
+    return targets[0] if targets else None
+
+
 # ---- the gcp target ------------------------------------------------------------------------
 
 def _gcp_target(exp: Expanded, dep: Deployment, c: Collector, doc) -> None:
     """A ctk/target/gcp module: the cluster goes to Google Cloud, where ctk's images are built on
     slurm-gcp's (which bring Slurm, munge and the NVIDIA driver). Each ctk/image must have a base
     slurm-gcp publishes a family of, and may not ask for a role that image already brings."""
-    targets = [em for em in exp.modules if em.schema and em.schema.role == "gcp-target"]
-    if not targets:
+    em = _target_module(exp, "gcp-target", "gcp", "is already the target", c, doc)
+    if em is None:
         return
-    for extra in targets[1:]:
-        c.add("a blueprint has one gcp target module", doc.pos(extra.module.path + ("id",)),
-              f"'{targets[0].id}' is already the target")
-    em = targets[0]
     if any(m.schema and m.schema.role == "target" for m in exp.modules):
         c.add("a blueprint goes to one target: it has both a gcp and an ssh target module",
               doc.pos(em.module.path + ("id",)), "remove one of them")
@@ -548,13 +553,9 @@ def _ssh_target(exp: Expanded, dep: Deployment, c: Collector, doc) -> None:
     """A ctk/target/ssh module: the blueprint's cluster on existing machines. Its hosts become
     Deployment.ssh_hosts; each nodeset's nodes become its compute hosts (Nodeset.hostnames),
     the controller's hostname the controller host's name."""
-    targets = [em for em in exp.modules if em.schema and em.schema.role == "target"]
-    if not targets:
+    em = _target_module(exp, "target", "ssh", "already lists the hosts; list every machine there", c, doc)
+    if em is None:
         return
-    for extra in targets[1:]:
-        c.add("a blueprint has one ssh target module", doc.pos(extra.module.path + ("id",)),
-              f"'{targets[0].id}' already lists the hosts; list every machine there")
-    em = targets[0]
     dep.target = "ssh"
     n_errors = len(c.errors)
     settings = em.module.path + ("settings",)
