@@ -95,7 +95,9 @@ def image_vars(img: ImageSpec) -> dict:
     """The role variables of an image's build on Google Cloud (the install phase): its roles'
     own, as a local build gives each layer."""
     roles = gcp_roles(img)
-    out: dict = {"ctk_roles": roles}
+    # The build VM runs systemd, as the nodes booted from the image will: package scripts may
+    # start their daemons, and no policy-rc.d is left in the image to stop later ones.
+    out: dict = {"ctk_roles": roles, "common_block_service_autostart": False}
     stack = get_stack(img.stack)
     for role in roles:
         out.update(role_variables(img, role, stack))
