@@ -133,13 +133,64 @@ ACCEL_MODULE = "test_accelerator_images.py"
 _accel: dict = {}
 
 
+# The Debian 12 lab's image (its own debootstrap, roles and jax 0.10 stack: nothing to share with
+# the session's Debian 13 layers) is built the same way, from the start of the session, in a
+# store of its own; its test runs just before the accelerator images' and waits for it.
+LAB_12 = os.path.join(os.path.dirname(__file__), "blueprints", "lab-debian-12.yaml")
+LAB_12_TEST = "test_a_debian_12_lab_still_deploys_and_runs_jax_smoke"
+_lab12: dict = {}
+
+
+def _background_build(state: str, blueprints, logs: str) -> subprocess.Popen:
+    """`ctk image build` of each blueprint in turn into STATE, at the lowest CPU and I/O priority;
+    each one's --json result and log go to LOGS/NAME.json and LOGS/NAME.log."""
+    os.makedirs(logs, exist_ok=True)
+    script = " && ".join(
+        f"{sys.executable} -m ctk image build {bp} --json > {logs}/{os.path.basename(bp)}.json "
+        f"2> {logs}/{os.path.basename(bp)}.log" for bp in blueprints)
+    return subprocess.Popen(["nice", "-n", "19", "ionice", "-c", "3", "sh", "-c", script],
+                            env={**os.environ, "CTK_STATE_DIR": state}, start_new_session=True)
+
+
+def _background_results(proc: subprocess.Popen, logs: str, blueprints) -> dict:
+    """Wait for a background build; {blueprint file name: its result}, or the test fails with
+    the log of the build that failed."""
+    rc = proc.wait()
+    out = {}
+    for bp in map(os.path.basename, blueprints):
+        path = os.path.join(logs, f"{bp}.json")
+        text = open(path).read() if os.path.exists(path) else ""
+        if not text.strip():
+            log_path = os.path.join(logs, f"{bp}.log")
+            log = open(log_path).read() if os.path.exists(log_path) else "(no log)"
+            pytest.fail(f"ctk image build {bp} failed (rc {rc}):\n{log[-4000:]}")
+        out[bp] = json.loads(text)[0]
+    return out
+
+
 def pytest_collection_finish(session):
+    tools = all(shutil.which(t, path="/usr/sbin:/usr/bin:/sbin:/bin") for t in IMAGE_TOOLS)
+    if tools and any(item.name == LAB_12_TEST for item in session.items):
+        state = str(session.config._tmp_path_factory.mktemp("ctk-lab12-state"))
+        logs = os.path.join(state, "builds")
+        _lab12.update(state=state, logs=logs, t0=time.monotonic(), proc=_background_build(state, [LAB_12], logs))
     if not any(item.nodeid.split("::")[0].endswith(ACCEL_MODULE) for item in session.items):
         return
-    if any(not shutil.which(t, path="/usr/sbin:/usr/bin:/sbin:/bin") for t in IMAGE_TOOLS):
+    if not tools:
         return  # the module skips, saying why
     _accel["state"] = os.environ.get("CTK_TEST_STATE_DIR") or str(
         session.config._tmp_path_factory.mktemp("ctk-accel-state"))
+
+
+@pytest.fixture(scope="session")
+def lab12_store():
+    """The store the Debian 12 lab's image was built into in the background, once it is built."""
+    if "proc" not in _lab12:
+        pytest.fail("the Debian 12 lab image's background build did not start (see pytest_collection_finish)")
+    r = _background_results(_lab12["proc"], _lab12["logs"], [LAB_12])[os.path.basename(LAB_12)]
+    print(f"\nDebian 12 lab image built in the background: {', '.join(r['built']) or 'cached'} in "
+          f"{r['seconds']:.0f} s; waited until {time.monotonic() - _lab12['t0']:.0f} s into the session")
+    return _lab12["state"]
 
 
 def start_accel_builds(seed_from: str | None = None) -> None:
@@ -153,25 +204,23 @@ def start_accel_builds(seed_from: str | None = None) -> None:
             if src.has(key) and not os.path.exists(dst.layer_dir(key)):
                 subprocess.run(["cp", "-al", src.layer_dir(key), dst.layer_dir(key)], check=True)
     logs = os.path.join(state, "accel-builds")
-    os.makedirs(logs, exist_ok=True)
-    script = " && ".join(
-        f"{sys.executable} -m ctk image build {os.path.join(paths.BLUEPRINTS, bp)} --json > {logs}/{bp}.json 2> {logs}/{bp}.log"
-        for bp in ACCEL_BLUEPRINTS)
     _accel.update(logs=logs, t0=time.monotonic(),
-                  proc=subprocess.Popen(["nice", "-n", "19", "ionice", "-c", "3", "sh", "-c", script],
-                                        env={**os.environ, "CTK_STATE_DIR": state}, start_new_session=True))
+                  proc=_background_build(state, [os.path.join(paths.BLUEPRINTS, bp) for bp in ACCEL_BLUEPRINTS], logs))
 
 
 def pytest_collection_modifyitems(config, items):
-    """The tests of the background builds go last, so nothing else waits for them."""
-    items.sort(key=lambda item: item.nodeid.split("::")[0].endswith(ACCEL_MODULE))
+    """The tests of the background builds go last (the Debian 12 lab's, then the accelerator
+    images'), so nothing else waits for them."""
+    items.sort(key=lambda item: 2 if item.nodeid.split("::")[0].endswith(ACCEL_MODULE)
+               else 1 if item.name == LAB_12_TEST else 0)
 
 
 def pytest_sessionfinish(session):
-    proc = _accel.get("proc")
-    if proc is not None and proc.poll() is None:
-        os.killpg(proc.pid, 15)
-        proc.wait()
+    for bg in (_accel, _lab12):
+        proc = bg.get("proc")
+        if proc is not None and proc.poll() is None:
+            os.killpg(proc.pid, 15)
+            proc.wait()
 
 
 @pytest.fixture(scope="session")
@@ -181,17 +230,8 @@ def accel_images(state):
     if "state" not in _accel:
         pytest.fail("no store for the accelerator images (see pytest_collection_finish)")
     start_accel_builds(state)
-    rc = _accel["proc"].wait()
+    out = _background_results(_accel["proc"], _accel["logs"], ACCEL_BLUEPRINTS)
     waited = time.monotonic() - _accel["t0"]
-    out = {}
-    for bp in ACCEL_BLUEPRINTS:
-        path = os.path.join(_accel["logs"], f"{bp}.json")
-        text = open(path).read() if os.path.exists(path) else ""
-        if not text.strip():
-            log = open(os.path.join(_accel["logs"], f"{bp}.log")).read() if os.path.exists(
-                os.path.join(_accel["logs"], f"{bp}.log")) else "(no log)"
-            pytest.fail(f"ctk image build {bp} failed (rc {rc}):\n{log[-4000:]}")
-        out[bp] = json.loads(text)[0]
     print(f"\naccelerator images built in the background in {waited:.0f} s: "
           + "; ".join(f"{bp}: built {', '.join(r['built']) or 'none'} in {r['seconds']:.0f} s" for bp, r in out.items()))
     return {"state": _accel["state"], "results": out}
