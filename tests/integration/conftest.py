@@ -182,6 +182,27 @@ def pytest_collection_finish(session):
         session.config._tmp_path_factory.mktemp("ctk-accel-state"))
 
 
+def link_layers(src: str, dst: str, keys=None) -> None:
+    """Hard-link SRC store's finished layers (those of KEYS, or all) into DST: layers never
+    change once committed, so two stores can share them."""
+    a, b = Store(src), Store(dst)
+    for key in keys if keys is not None else os.listdir(a.layers):
+        if a.has(key) and not os.path.exists(b.layer_dir(key)):
+            subprocess.run(["cp", "-al", a.layer_dir(key), b.layer_dir(key)], check=True)
+
+
+@pytest.fixture(scope="session")
+def debian12_base(state):
+    """The key of the debian-12 base layer in the session store: linked from the Debian 12 lab's
+    background store when that build has made it (it does so first), else debootstrapped here."""
+    from ctk.images.base import base_key
+    if "state" in _lab12:
+        link_layers(_lab12["state"], state, [base_key("debian-12")])
+    store = Store(state)
+    with store.lock():
+        return ensure_base(store, "debian-12", Progress(quiet=True))
+
+
 @pytest.fixture(scope="session")
 def lab12_store():
     """The store the Debian 12 lab's image was built into in the background, once it is built."""
@@ -199,10 +220,7 @@ def start_accel_builds(seed_from: str | None = None) -> None:
         return
     state = _accel["state"]
     if seed_from and os.path.realpath(seed_from) != os.path.realpath(state):
-        src, dst = Store(seed_from), Store(state)
-        for key in os.listdir(src.layers):
-            if src.has(key) and not os.path.exists(dst.layer_dir(key)):
-                subprocess.run(["cp", "-al", src.layer_dir(key), dst.layer_dir(key)], check=True)
+        link_layers(seed_from, state)
     logs = os.path.join(state, "accel-builds")
     _accel.update(logs=logs, t0=time.monotonic(),
                   proc=_background_build(state, [os.path.join(paths.BLUEPRINTS, bp) for bp in ACCEL_BLUEPRINTS], logs))

@@ -22,9 +22,7 @@ import pytest
 
 from ctk.sandbox import node as nodes
 from ctk.images import buildnode
-from ctk.images.base import ensure_base
 from ctk.images.store import Store
-from ctk.progress import Progress
 
 from .conftest import ctk
 
@@ -132,11 +130,10 @@ class Cluster:
 
 
 @pytest.fixture(scope="module")
-def bare(state, tmp_path_factory):
+def bare(state, debian12_base, tmp_path_factory):
     """Three running bare machines; stopped at the end whatever happens."""
     store = Store(state)
-    with store.lock():
-        base = ensure_base(store, "debian-12", Progress(quiet=True))
+    base = debian12_base
     work = tmp_path_factory.mktemp("ssh-target")
     home = work / "root-home"  # root's home, shared by the machines as a cluster's NFS home is
     home.mkdir(mode=0o700)
