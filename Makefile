@@ -71,8 +71,9 @@ demo: deps
 	@echo "The lab cluster is up. Use it: eval \"\$$(.venv/bin/ctk env lab)\"; sinfo  --  ctk status lab  --  stop it: .venv/bin/ctk destroy lab"
 
 # Every test, the accelerator images' too: the GPU and TPU lab images (a kernel, the NVIDIA
-# driver's DKMS build, 3 GB of CUDA wheels) build in the background beside the other tests, at
-# the lowest CPU and I/O priority, and their tests run last (tests/integration/conftest.py).
+# driver's DKMS build, 3 GB of CUDA wheels) and the Debian 12 lab's image build in the
+# background beside the other tests, at the lowest CPU and I/O priority, and their tests run
+# last (tests/integration/conftest.py).
 # `make test-accel` runs only those.
 ACCEL_TESTS := tests/integration/test_accelerator_images.py
 
