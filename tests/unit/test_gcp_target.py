@@ -379,3 +379,15 @@ def test_dcgm_on_a_slurm_gcp_image_needs_no_driver_role(tmp_path, capsys):
     out_dir = tmp_path / "dep"
     assert main(["create", bp, "-o", str(out_dir)]) == 0
     assert image_vars(out_dir / "gcp")["jax-cuda"]["ctk_roles"] == ["common", "dcgm", "jax"]
+
+
+def test_show_reports_what_the_hand_off_leaves_out(tmp_path, capsys):
+    bp = variant(tmp_path, ("  - id: gcp\n    source: ctk/target/gcp\n",
+                            "  - id: gcp\n    source: ctk/target/gcp\n"
+                            "  - id: homefs\n    source: ctk/storage/shared-fs\n    settings: {local_mount: /home}\n"))
+    capsys.readouterr()
+    assert main(["show", bp]) == 0
+    out = capsys.readouterr().out
+    assert "Not in the gcp hand-off" in out and "homefs" in out and "ctk/target/gcp" not in out
+    assert main(["show", GCP_JAX]) == 0
+    assert "Not in the gcp hand-off" not in capsys.readouterr().out

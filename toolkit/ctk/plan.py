@@ -99,7 +99,7 @@ def plan(exp: Expanded, c: Collector, stacks: dict[str, Stack] | None = None) ->
             if mount:
                 dep.shared_fs.append(SharedFs(em.id, mount, _str(em.get("remote_mount"), "") or "",
                                               _fs_type(src, em), src))
-        elif role in ("partition", "controller", "login", "target"):
+        elif role in ("partition", "controller", "login", "target", "gcp-target"):
             pass  # below, once every nodeset is known
         elif role == "startup-script":
             dep.unsupported.append(Unsupported(em.id, src, em.module.group,

@@ -27,7 +27,8 @@ def add_parsers(sub) -> None:
     p = sub.add_parser("show", help="tables of images, partitions, nodesets, unsupported modules")
     blueprint_args(p)
     p.add_argument("--json", action="store_true", help="print the Deployment model as JSON")
-    p.add_argument("--target", default="local", help="target the report is for (default: local)")
+    p.add_argument("--target", default=None,
+                   help="target the report is for (default: the blueprint's own: local, ssh or gcp)")
     p.set_defaults(run=show)
 
     p = sub.add_parser("create", help="write the deployment folder",
@@ -71,7 +72,7 @@ def show(args) -> int:
     else:
         from ..render.report import show as report
 
-        sys.stdout.write(report(dep, args.target))
+        sys.stdout.write(report(dep, args.target or dep.target))
     return EXIT_OK
 
 

@@ -50,7 +50,14 @@ def show(dep: Deployment, target: str = "local") -> str:
         rows = [[h.name, h.role, h.nodeset or "-", f"{h.user}@{h.host}:{h.port}", h.service_manager]
                 for h in dep.ssh_hosts]
         out += ["", "Hosts (target ssh)", _table(["NAME", "ROLE", "NODESET", "SSH", "SERVICES"], rows)]
-    if dep.unsupported:
+    if dep.target == "gcp" and target == "gcp":
+        # What the hand-off to Cluster Toolkit (render.gcluster) leaves out of its blueprint.
+        rows = [[u.module_id, u.source, "not translated into the gcp/ blueprint"] for u in dep.unsupported]
+        rows += [[fs.module_id, fs.source or "-", "not carried: the controller's default NFS /home serves"]
+                 for fs in dep.shared_fs]
+        if rows:
+            out += ["", "Not in the gcp hand-off", _table(["MODULE", "SOURCE", "WHY"], rows)]
+    elif dep.unsupported:
         out += ["", f"Not deployed on target {target}",
                 _table(["MODULE", "SOURCE", "WHY"], [[u.module_id, u.source, u.reason] for u in dep.unsupported])]
     return "\n".join(out).rstrip() + "\n"
