@@ -37,6 +37,7 @@ from ..stacks.rolevars import role_variables
 from ..yamlout import dump
 
 TARBALL = "ctk-roles.tar.gz"
+TARBALL_PATH = f"gcp/{TARBALL}"  # in the deployment folder
 TARBALL_ON_VM = "/var/tmp/ctk-roles.tar.gz"
 # The ansible-core the build VM runs ctk's roles with (the release ctk itself is tested with).
 ANSIBLE_CORE = "2.19.14"
@@ -84,7 +85,7 @@ def gcp_files(exp: Expanded, dep: Deployment) -> dict[str, str | bytes]:
               "change the ctk blueprint and run ctk create again rather than editing this file.\n")
     return {
         "gcp/blueprint.yaml": header + "---\n" + dump(bp),
-        f"gcp/{TARBALL}": roles_tarball({img.name: image_vars(img) for img in images}),
+        TARBALL_PATH: roles_tarball({img.name: image_vars(img) for img in images}),
         "gcp/README.md": _readme(exp, dep, images),
     }
 

@@ -35,13 +35,16 @@ def pinned_image_name(img: ImageSpec, tarball: bytes) -> str:
     return f"{family_name(img)[:48]}-{h}"
 
 
-def image_folders(exp: Expanded, dep: Deployment) -> dict[str, str]:
+def image_folders(exp: Expanded, dep: Deployment, tarball: bytes | None = None) -> dict[str, str]:
     """gcp/packer/IMAGE/ per image of the gcp target, and gcp/cluster-only.yaml; {} for other
-    targets (Cluster Toolkit's own image builds stay in its blueprint)."""
+    targets (Cluster Toolkit's own image builds stay in its blueprint). TARBALL: the roles
+    tarball render.gcluster made for the same deployment (made here if not given)."""
     if dep.target != "gcp":
         return {}
     images = [img for img in dep.images if img.source == "ctk/image"]
-    tarball = roles_tarball({img.name: image_vars(img) for img in images})
+    ivars = {img.name: image_vars(img) for img in images}
+    if tarball is None:
+        tarball = roles_tarball(ivars)
     template = open(os.path.join(paths.IMAGES, "gcp.pkr.hcl")).read()
     versions = open(os.path.join(paths.IMAGES, "gcp-versions.pkr.hcl")).read()
     g = dep.gcp
@@ -67,7 +70,7 @@ def image_folders(exp: Expanded, dep: Deployment) -> dict[str, str]:
         files[f"{folder}/image.pkr.hcl"] = template
         files[f"{folder}/versions.pkr.hcl"] = versions
         files[f"{folder}/image.auto.pkrvars.json"] = json.dumps(pkvars, indent=2) + "\n"
-        files[f"{folder}/ansible-vars.json"] = json.dumps(image_vars(img), indent=2, sort_keys=True) + "\n"
+        files[f"{folder}/ansible-vars.json"] = json.dumps(ivars[img.name], indent=2, sort_keys=True) + "\n"
     bp = native_blueprint(exp, dep, pinned=names)
     files["gcp/cluster-only.yaml"] = (
         "# Written by `ctk create`: the cluster alone, booting the images that gcp/packer/ builds,\n"

@@ -26,7 +26,7 @@ from .. import atomic, paths
 from ..blueprint.expand import Expanded
 from ..errors import Failure, UserError
 from ..model import Deployment
-from ..render.gcluster import gcp_files
+from ..render.gcluster import TARBALL_PATH, gcp_files
 from ..render.packer import PACKER_DIR, image_folders
 from ..render.slurmconf import render_cgroup_conf, render_gres_conf, render_slurm_conf
 from ..yamlout import dump
@@ -37,9 +37,10 @@ def artifacts(exp: Expanded, dep: Deployment) -> dict[str, str | bytes]:
     files: dict[str, str | bytes] = {
         "expanded.yaml": dump(exp.to_blueprint()),
         "deployment.json": json.dumps(dep.to_dict(), indent=2) + "\n",
-        **image_folders(exp, dep),
-        **gcp_files(exp, dep),
     }
+    gcp = gcp_files(exp, dep)
+    files.update(gcp)
+    files.update(image_folders(exp, dep, gcp.get(TARBALL_PATH)))
     # On Google Cloud slurm-gcp writes slurm.conf itself: the gcp target gets none of ctk's.
     if dep.controller is not None and dep.target != "gcp":
         group = exp.module(dep.controller.module_id).module.group if dep.controller.module_id \
@@ -69,12 +70,14 @@ def packer_version() -> tuple[int, ...] | None:
     return tuple(int(x) for x in m.groups()) if m else None
 
 
-def packer_validate(folder: str, full: bool = False) -> subprocess.CompletedProcess:
+def packer_validate(folder: str, full: bool = False,
+                    version: tuple[int, ...] | None = None) -> subprocess.CompletedProcess:
     """`packer validate` of a gcp/packer/IMAGE folder. Packer before 1.7 cannot read the
     `required_plugins` of versions.pkr.hcl, so there the folder is checked without that file
     (a copy). FULL runs the builder's and provisioner's own checks too (offline; the Ansible
-    provisioner wants ansible-playbook, which ctk's environment has)."""
-    version = packer_version()
+    provisioner wants ansible-playbook, which ctk's environment has). VERSION: packer's, when the
+    caller has asked it already."""
+    version = version or packer_version()
     if version is None:
         raise Failure("packer is not on PATH", hint="install Packer (Debian: apt install packer)")
     env = {**os.environ, "CHECKPOINT_DISABLE": "1",
@@ -89,18 +92,24 @@ def packer_validate(folder: str, full: bool = False) -> subprocess.CompletedProc
         return subprocess.run(argv, cwd=copy, capture_output=True, text=True, env=env)
 
 
-def _packer_folders_check(folder: str, exp: Expanded, dep: Deployment) -> list[str]:
+def _packer_dirs(files) -> list[str]:
+    """The gcp target's Packer folders among a deployment folder's files (relative paths)."""
+    return sorted({os.path.dirname(rel) for rel in files if rel.startswith(PACKER_DIR + "/")})
+
+
+def _packer_folders_check(folder: str, files) -> list[str]:
     """Copy the roles beside the gcp target's Packer folders and check each with `packer validate
     -syntax-only` (offline: no credentials needed); the notes to print."""
-    folders = sorted({os.path.dirname(rel) for rel in image_folders(exp, dep) if rel.startswith(PACKER_DIR + "/")})
+    folders = _packer_dirs(files)
     if not folders:
         return []
     shutil.copytree(paths.ansible_dir(), os.path.join(folder, PACKER_DIR, "ansible"),
                     ignore=shutil.ignore_patterns("__pycache__", "*.retry", "*.pyc"))
-    if not shutil.which("packer"):
+    version = packer_version()
+    if version is None:
         return [f"warning: packer is not on PATH, so {PACKER_DIR}/*/ were not checked (packer validate)"]
     for rel in folders:
-        r = packer_validate(os.path.join(folder, rel))
+        r = packer_validate(os.path.join(folder, rel), version=version)
         if r.returncode != 0:
             raise Failure(f"packer rejected the generated template in {rel}:\n{r.stdout}{r.stderr}")
     return []
@@ -126,7 +135,8 @@ def create(exp: Expanded, dep: Deployment, out_dir: str, overwrite: bool = False
                             hint=f"`ctk deploy` updates it in place; `ctk destroy {out_dir}` stops it first")
     stage = atomic.staging_dir(out_dir)
     try:
-        for rel, text in artifacts(exp, dep).items():
+        files = artifacts(exp, dep)
+        for rel, text in files.items():
             path = os.path.join(stage, rel)
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(path, "wb") as f:
@@ -138,7 +148,7 @@ def create(exp: Expanded, dep: Deployment, out_dir: str, overwrite: bool = False
             else:
                 os.makedirs(os.path.dirname(dest), exist_ok=True)
                 shutil.copy2(src, dest)
-        notes = _packer_folders_check(stage, exp, dep)
+        notes = _packer_folders_check(stage, files)
         os.chmod(stage, 0o755)
         atomic.replace_dir(stage, out_dir)
     except BaseException:
@@ -158,7 +168,7 @@ def update(exp: Expanded, dep: Deployment, out_dir: str) -> list[str]:
     for rel, text in files.items():
         if atomic.write_if_changed(os.path.join(out_dir, rel), text):
             changed.append(rel)
-    if any(rel.startswith(PACKER_DIR + "/") for rel in files):
+    if _packer_dirs(files):
         shutil.copytree(paths.ansible_dir(), os.path.join(out_dir, PACKER_DIR, "ansible"), dirs_exist_ok=True,
                         ignore=shutil.ignore_patterns("__pycache__", "*.retry", "*.pyc"))
     for rel, src in exp.staged.items():
