@@ -246,7 +246,8 @@ def test_a_cuda13_stack_on_a_family_with_an_older_driver_is_refused(tmp_path, ca
     assert rc == 2
     [err] = out["errors"]
     assert err["line"] == line_of(bp, "stack: jax-cuda13")
-    assert "needs NVIDIA driver >= 580" in err["message"] and "driver is 570" in err["message"]
+    assert "needs NVIDIA driver >= 580" in err["message"]
+    assert "gets driver 570 from slurm-gcp-6-12-ubuntu-2404-lts-nvidia-570" in err["message"]
     assert "jax-cuda12" in err["hint"]
 
 

@@ -3,6 +3,7 @@ is handed in; no other I/O)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from typing import Any
@@ -17,7 +18,7 @@ from .modules.ctk_kinds import SERVICE_MANAGERS, SSH_HOST_KEYS, SSH_ROLES
 from .modules import slurm_gcp
 from .modules.machines import accelerator_gpu, known_machine_types, known_series, lookup_machine, lookup_tpu
 from .stacks import Stack, load_stacks, newest_for, python_tuple
-from .stacks.drivers import (GPU_NEEDS, TE_MIN_CUDA, bases_with_dcgm, bases_with_driver, bases_with_toolkit,
+from .stacks.drivers import (GPU_NEEDS, Driver, TE_MIN_CUDA, bases_with_dcgm, bases_with_driver, bases_with_toolkit,
                              cuda_toolkit, has_dcgm, image_driver)
 from .stacks.lock import lock_command, lock_path, lock_state
 from .stacks.te import RELEASES as TE_RELEASES
@@ -317,22 +318,22 @@ def _accelerator_rules(exp: Expanded, dep: Deployment, c: Collector, stacks: dic
             continue
         em = exp.module(img.module_id)
         stack = stacks.get(img.stack)
-        driver = image_driver(img.base) if "nvidia_driver" in img.roles else None
+        # The driver the image gets: slurm-gcp's image's on the gcp target, else the nvidia_driver role's.
         fam = slurm_gcp.family_for(img.base) if dep.target == "gcp" else None
-        if fam is not None and stack is not None and stack.min_driver and \
-                python_tuple(fam.driver) < python_tuple(stack.min_driver):
-            c.add(f"stack {stack.name} needs NVIDIA driver >= {stack.min_driver} (jax[{stack.accelerator}]'s CUDA "
-                  f"wheels); image '{img.name}' is built on {fam.family}, whose driver is {fam.driver}",
-                  _stack_pos(exp, em), "use " + (" or ".join(
-                      s.name for s in stacks.values() if s.accelerator == "cuda12"
-                      and s.supports(base_python(img.base) or "")) or "a CUDA 12 stack") + " on the gcp target")
-            continue
+        if fam is not None:
+            driver = Driver(fam.driver, fam.driver.split(".")[0], None, "", f"{fam.family} (slurm-gcp's image)")
+            others = [f.family for f in slurm_gcp.FAMILIES.values()
+                      if stack is not None and stack.min_driver and python_tuple(f.driver) >= python_tuple(stack.min_driver)]
+        else:
+            d = image_driver(img.base) if "nvidia_driver" in img.roles else None
+            driver = d and dataclasses.replace(d, source=f"{d.source} (the nvidia_driver role)")
+            others = [b for b in bases_with_driver(stack.min_driver) if b != img.base] \
+                if stack is not None and stack.min_driver else []
         if stack is not None and driver is not None and stack.min_driver and not driver.at_least(stack.min_driver):
             cuda12 = [s.name for s in stacks.values() if s.accelerator == "cuda12" and s.supports(base_python(img.base) or "")]
-            others = [b for b in bases_with_driver(stack.min_driver) if b != img.base]
             c.add(f"stack {stack.name} needs NVIDIA driver >= {stack.min_driver} (jax[{stack.accelerator}]'s CUDA "
                   f"wheels); image '{img.name}' (base {img.base}) gets driver {driver.version} from "
-                  f"{driver.source} (the nvidia_driver role)", _stack_pos(exp, em),
+                  f"{driver.source}", _stack_pos(exp, em),
                   ", ".join(x for x in (
                       f"use {' or '.join(cuda12)} (CUDA 12, driver >= {stacks[cuda12[0]].min_driver})" if cuda12 else "",
                       f"or build on a base whose driver is >= {stack.min_driver} ({', '.join(others)})" if others else "")
