@@ -216,8 +216,12 @@ class Deployment:
 
     def image_of(self, ns: Nodeset) -> "ImageSpec | None":
         """The image a nodeset's nodes boot: the one it names, else the deployment's only one."""
-        if ns.image:
-            return next((img for img in self.images if img.name == ns.image), None)
+        return self.image_named(ns.image)
+
+    def image_named(self, name: str | None) -> "ImageSpec | None":
+        """The image of that name; for None (a node that names none), the deployment's only one."""
+        if name:
+            return next((img for img in self.images if img.name == name), None)
         return self.images[0] if len(self.images) == 1 else None
 
     def to_dict(self) -> dict[str, Any]:

@@ -185,7 +185,7 @@ def _image_var(img: ImageSpec) -> str:
 
 
 def _image_ref(dep: Deployment, name: str | None) -> str:
-    img = next((i for i in dep.images if i.name == name), None) or (dep.images[0] if len(dep.images) == 1 else None)
+    img = dep.image_named(name)
     return f"$(vars.{_image_var(img)})" if img else ""
 
 
