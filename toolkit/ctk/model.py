@@ -99,7 +99,10 @@ class Nodeset:
     node_conf: dict[str, Any] = field(default_factory=dict)  # extra NodeName parameters
     network: str = "tcp"  # tcp | gpudirect-tcpx | gpudirect-tcpxo | rdma
     image: str | None = None
-    spot: bool = False
+    spot: bool = False  # Spot or preemptible VMs (enable_spot_vm, preemptible): they can be taken back
+    # Flex-start capacity (Cluster Toolkit's dws_flex): the most seconds a node runs before the
+    # capacity is taken back (dws_flex.max_run_duration); None: not flex-start.
+    flex_max_run_duration: int | None = None
     # Existing machines (the ssh target): the nodes' names, one per host of the nodeset, in
     # the order the blueprint lists them. Empty: names are made from node_prefix.
     hostnames: list[str] = field(default_factory=list)
@@ -124,6 +127,9 @@ class Partition:
     max_time: str | None = None  # Slurm MaxTime, e.g. "UNLIMITED" or "2-00:00:00"
     oversubscribe: str | None = None  # Slurm OverSubscribe
     conf: dict[str, Any] = field(default_factory=dict)  # extra PartitionName parameters
+    # Idle seconds before a dynamic node is powered down (Slurm's SuspendTime of the partition;
+    # -1: never). Cluster Toolkit's partition default is 300.
+    suspend_time: int = 300
 
 
 @dataclass
@@ -138,6 +144,13 @@ class Controller:
     slurm_auth: bool = False
     # Slurm's accounting: slurmdbd and its database on the controller (slurm-gcp's default).
     accounting: bool = True
+    # Power saving (Cluster Toolkit's cloud_parameters, slurm-gcp's defaults): seconds a resumed
+    # node may take to register, seconds a suspended one takes to power down, nodes per minute
+    # (0: no limit).
+    resume_timeout: int = 300
+    suspend_timeout: int = 300
+    resume_rate: int = 0
+    suspend_rate: int = 0
 
 
 @dataclass
@@ -192,6 +205,21 @@ class Unsupported:
 
 
 @dataclass
+class LabSettings:
+    """How the local target rehearses a cloud (a ctk/target/local module's settings)."""
+
+    # Mean seconds between random preemptions of the lab's powered-up Spot nodes (exponential
+    # intervals); 0: none. `ctk deploy --chaos` overrides it.
+    chaos_interval: float = 0.0
+    chaos_seed: int | None = None  # the preemptions' random seed; None: a new one each deploy
+    # Seconds between a preemption's notice and the SIGTERM of the node's processes (Google
+    # Cloud gives Spot VMs 30 s).
+    preemption_notice: float = 30.0
+    # Seconds a flex-start (dws_flex) nodeset's resumed nodes wait for their capacity.
+    flex_start_delay: float = 30.0
+
+
+@dataclass
 class Deployment:
     deployment_name: str
     blueprint_name: str
@@ -207,6 +235,8 @@ class Deployment:
     ssh_hosts: list[SshHost] = field(default_factory=list)  # target "ssh": the machines
     # target "gcp": the ctk/target/gcp module's settings (project_id, region, zone, ...)
     gcp: dict[str, Any] = field(default_factory=dict)
+    # target "local": the ctk/target/local module's settings (the lab's chaos, notice, flex delay)
+    lab: LabSettings = field(default_factory=lambda: LabSettings())
 
     def nodeset(self, name: str) -> Nodeset:
         for ns in self.nodesets:
@@ -240,4 +270,5 @@ class Deployment:
         d["shared_fs"] = [SharedFs(**x) for x in d.get("shared_fs", [])]
         d["unsupported"] = [Unsupported(**x) for x in d.get("unsupported", [])]
         d["ssh_hosts"] = [SshHost(**x) for x in d.get("ssh_hosts", [])]
+        d["lab"] = LabSettings(**d.get("lab", {}))
         return cls(**d)
