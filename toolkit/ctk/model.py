@@ -217,6 +217,9 @@ class LabSettings:
     preemption_notice: float = 30.0
     # Seconds a flex-start (dws_flex) nodeset's resumed nodes wait for their capacity.
     flex_start_delay: float = 30.0
+    # Seconds a flex-start node runs on the lab before its capacity is taken back; None: the
+    # nodeset's max_run_duration (at least 600 s, as Cluster Toolkit requires).
+    flex_run_duration: float | None = None
 
 
 @dataclass

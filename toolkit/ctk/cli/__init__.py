@@ -15,7 +15,7 @@ from .common import Parser
 # The command groups, in the order `ctk --help` lists them, and the commands of each.
 GROUPS = {
     "blueprint": ("validate", "expand", "show", "create"),
-    "cluster": ("deploy", "status", "destroy", "exec", "env"),
+    "cluster": ("deploy", "status", "destroy", "exec", "preempt", "env"),
     "job": ("job",),
     "image": ("image",),
     "stack": ("stack",),

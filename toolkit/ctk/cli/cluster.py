@@ -26,7 +26,15 @@ def add_parsers(sub) -> None:
     blueprint_args(p)
     p.add_argument("-o", "--out", metavar="DIR", help="deployment folder (default: ./DEPLOYMENT_NAME)")
     p.add_argument("--max-nodes", type=int, default=None, metavar="N",
-                   help="cap each nodeset at N nodes on the local target (default: 4)")
+                   help="cap each nodeset at N nodes on the local target, static ones first (default: 4); "
+                   "dynamic nodes are powered up only when a job needs them")
+    p.add_argument("--chaos", metavar="RATE", type=chaos_rate, default=None,
+                   help="local target: preempt a random powered-up Spot node at this mean interval, "
+                   "for soak runs (90s, 5m, or a rate such as 2/min; 0 or off: none); overrides the "
+                   "ctk/target/local module's chaos_interval. What was preempted, and when, is in "
+                   "DIR/lab/power/events.log and ctk status")
+    p.add_argument("--chaos-seed", type=int, default=None, metavar="N",
+                   help="seed of --chaos's random choices (default: the module's chaos_seed, else a new one)")
     p.add_argument("-q", "--quiet", action="store_true", help="print only the result")
     p.add_argument("--json", action="store_true", help="machine-readable result")
     p.set_defaults(run=deploy)
@@ -43,7 +51,7 @@ def add_parsers(sub) -> None:
                        "--lease N.")
     p.add_argument("dir", nargs="?", help="deployment folder")
     p.add_argument("--lease", type=int, metavar="N",
-                   help="stop the lab holding lease N (its addresses are 198.18.N.x, its bridge ctkbrN), wherever its folder is")
+                   help="stop the lab holding lease N (its addresses are 198.18.4N.0/22, its bridge ctkbrN), wherever its folder is")
     p.set_defaults(run=destroy)
 
     p = sub.add_parser("exec", help="run a command inside a node of a lab cluster (ssh target: on a host, over SSH)",
@@ -53,6 +61,23 @@ def add_parsers(sub) -> None:
     p.add_argument("command", nargs=argparse.REMAINDER, help="command to run (after --)")
     p.set_defaults(run=exec_)
 
+    p = sub.add_parser("preempt", help="preempt Spot nodes of a lab as Google Cloud does (notice, SIGTERM, "
+                       "down); Slurm requeues their jobs",
+                       description="Give each NODE (a powered-up node of a Spot or preemptible nodeset of a "
+                       "lab) its preemption notice: after NOTICE seconds Slurm marks it DOWN (its jobs are "
+                       "requeued and get SIGTERM), every process of the node gets SIGTERM, and the node goes "
+                       "down. A dynamic node is then powered down, to be powered up again by the next job "
+                       "that needs it; a static one boots again. The lab's agent does it; ctk status and "
+                       "DIR/lab/power/events.log show each step.")
+    p.add_argument("dir", help="deployment folder (local target)")
+    p.add_argument("nodes", nargs="+", metavar="NODE", help="node names or Slurm hostlists (see ctk status)")
+    p.add_argument("--notice", type=float, default=None, metavar="SECONDS",
+                   help="seconds between the notice and the SIGTERM (default: the lab's preemption_notice, "
+                   "30 unless its ctk/target/local module says otherwise)")
+    p.add_argument("--wait", action="store_true", help="return once every node is down")
+    p.add_argument("--json", action="store_true", help="machine-readable result")
+    p.set_defaults(run=preempt)
+
     p = sub.add_parser("env", help="print exports that point the host's sbatch/srun/squeue at a lab cluster "
                        "(or an ssh target's)",
                        description='Use as: eval "$(ctk env DIR)"')
@@ -61,15 +86,59 @@ def add_parsers(sub) -> None:
 
 
 
+def chaos_rate(text: str) -> float:
+    """--chaos's value as a mean interval in seconds (0: none)."""
+    import re
+
+    t = text.strip().lower()
+    if t in ("0", "off", "none"):
+        return 0.0
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*/\s*(s|sec|min|m|h|hour)", t)
+    if m:
+        per = {"s": 1, "sec": 1, "min": 60, "m": 60, "h": 3600, "hour": 3600}[m.group(2)]
+        if float(m.group(1)) > 0:
+            return per / float(m.group(1))
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*(s|m|h)?", t)
+    if m and float(m.group(1)) > 0:
+        return float(m.group(1)) * {"s": 1, "m": 60, "h": 3600, None: 1}[m.group(2)]
+    raise argparse.ArgumentTypeError(f"{text!r} is not a mean interval (90s, 5m) or a rate (2/min)")
+
+
 def deploy(args) -> int:
     from .. import targets
 
     if args.max_nodes is not None and args.max_nodes < 1:
         raise UserError(f"--max-nodes {args.max_nodes}: must be at least 1")
     exp = BlueprintRef.of(args).process()
+    if args.chaos is not None or args.chaos_seed is not None:
+        if exp.deployment.target != "local":
+            raise UserError(f"--chaos: the blueprint's target is {exp.deployment.target}; preemptions are "
+                            "rehearsed on the local target only")
+        if args.chaos is not None:
+            exp.deployment.lab.chaos_interval = args.chaos
+        if args.chaos_seed is not None:
+            exp.deployment.lab.chaos_seed = args.chaos_seed
     out = args.out or os.path.join(".", exp.deployment.deployment_name)
     outcome = targets.deploy(exp, out, max_nodes=args.max_nodes, progress=progress_of(args))
     sys.stdout.write(json.dumps(outcome.record, indent=2) + "\n" if args.json else outcome.render())
+    return EXIT_OK
+
+
+def preempt(args) -> int:
+    from .. import targets
+
+    if targets.of_folder(args.dir).name != "local":
+        raise UserError(f"ctk preempt: {args.dir} is not a lab; preemptions are rehearsed on the local target")
+    if args.notice is not None and args.notice < 0:
+        raise UserError(f"--notice {args.notice:g}: must be 0 or more")
+    from ..targets.local import preempt_local
+
+    rows = preempt_local(args.dir, args.nodes, notice=args.notice, wait=args.wait)
+    if args.json:
+        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+    else:
+        for r in rows:
+            print(f"{r['node']}: {r['state']}" + (f" ({r['detail']})" if r.get("detail") else ""))
     return EXIT_OK
 
 

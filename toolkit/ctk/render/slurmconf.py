@@ -109,6 +109,15 @@ class NodeLayout:
     # health_check_interval seconds in any node state; None: no health check.
     health_check: str | None = None
     health_check_interval: int = 300
+    # Power saving (the lab's dynamic nodes): these nodes are State=CLOUD, powered up by
+    # RESUME_PROGRAM when jobs need them and down by SUSPEND_PROGRAM after their partition's
+    # SuspendTime; every other node is static (SuspendExcNodes). Empty: no power saving.
+    cloud_nodes: list[str] = field(default_factory=list)
+    resume_program: str | None = None
+    suspend_program: str | None = None
+    # PrologSlurmctld that returns once the job's nodes answer (starts jobs on powered-up nodes
+    # at once rather than on slurmctld's 30-second round).
+    nodes_ready_program: str | None = None
 
 
 # --------------------------------------------------------------------------- helpers
@@ -403,7 +412,45 @@ def _base_params(dep: Deployment, layout: NodeLayout | None, has_gpus: bool) -> 
         ("SlurmctldDebug", "info"),
         ("SlurmdDebug", "info"),
     ]
-    return [identity, scheduling, timeouts, paths]
+    return [identity, scheduling, timeouts, paths, _power_saving(dep, layout)]
+
+
+def _power_saving(dep: Deployment, layout: NodeLayout | None) -> Params:
+    """Slurm's power saving for a layout's cloud nodes: slurmctld runs the resume program for
+    the powered-down nodes a job is given and the suspend program for nodes idle longer than
+    their partition's SuspendTime. The timeouts and rates are the controller's (Cluster
+    Toolkit's cloud_parameters)."""
+    if layout is None or not layout.cloud_nodes or dep.controller is None:
+        return []
+    cloud = set(layout.cloud_nodes)
+    static = [n for ns in dep.nodesets for n in ns.node_names() if n not in cloud]
+    times = [p.suspend_time for p in dep.partitions
+             if p.suspend_time >= 0 and any(n in cloud for n in partition_nodes(dep, p))]
+    ctl = dep.controller
+    out: Params = [
+        ("ResumeProgram", layout.resume_program or ""),
+        ("SuspendProgram", layout.suspend_program or ""),
+        # A node that did not come up in ResumeTimeout is stopped, as one that powers down.
+        ("ResumeFailProgram", layout.suspend_program or ""),
+        ("ResumeTimeout", str(ctl.resume_timeout)),
+        ("SuspendTimeout", str(ctl.suspend_timeout)),
+        ("ResumeRate", str(ctl.resume_rate)),
+        ("SuspendRate", str(ctl.suspend_rate)),
+        # The partitions set their own SuspendTime; this is the shortest of them.
+        ("SuspendTime", str(min(times)) if times else "INFINITE"),
+    ]
+    if static:
+        out.append(("SuspendExcNodes", compress(static)))
+    if layout.nodes_ready_program:
+        out.append(("PrologSlurmctld", layout.nodes_ready_program))
+    out += [
+        # Powered-down cloud nodes are listed by sinfo and scontrol (else hidden).
+        ("PrivateData", "cloud"),
+        # A node that was DOWN (a preempted one) is IDLE again once powered down, so that it
+        # can be powered up for the next job; power saving looks at nodes every second.
+        ("SlurmctldParameters", "idle_on_node_suspend,power_save_interval=1,power_save_min_interval=0"),
+    ]
+    return out
 
 
 def _accounting(layout: NodeLayout | None) -> Params:
@@ -466,7 +513,11 @@ def _node_lines(live: list[Nodeset], layout: NodeLayout | None) -> list[str]:
         # per-node Port ranges are less well defined, the addresses and ports come from
         # a dict and need not be contiguous, and local clusters are small; one line per
         # node is unambiguous and diffs cleanly.
+        cloud = set(layout.cloud_nodes)
         for name in ns.node_names():
+            node_rest = rest
+            if name in cloud:  # powered down until a job needs it
+                node_rest = [kv for kv in rest if kv[0].lower() != "state"] + [("State", "CLOUD")]
             addr: Params = [
                 ("NodeName", name),
                 ("NodeAddr", layout.node_addr.get(name, layout.controller_addr)),
@@ -475,11 +526,11 @@ def _node_lines(live: list[Nodeset], layout: NodeLayout | None) -> list[str]:
             port = layout.node_port.get(name)
             if port is not None:
                 addr.append(("Port", str(port)))
-            lines.append(_line(addr + rest))
+            lines.append(_line(addr + node_rest))
     return lines
 
 
-def _partition_lines(dep: Deployment) -> list[str]:
+def _partition_lines(dep: Deployment, cloud: set[str] | None = None) -> list[str]:
     lines: list[str] = []
     seen: set[str] = set()
     for p in dep.partitions:
@@ -502,6 +553,8 @@ def _partition_lines(dep: Deployment) -> list[str]:
             ("OverSubscribe", oversub),
             ("State", "UP" if nodes else "INACTIVE"),
         ]
+        if cloud and any(n in cloud for n in nodes):
+            params.append(("SuspendTime", str(p.suspend_time) if p.suspend_time >= 0 else "INFINITE"))
         if not nodes:
             # slurmctld 22.05 accepts a partition without Nodes.  INACTIVE makes sbatch
             # fail at once instead of queueing jobs that can never start.
@@ -524,8 +577,10 @@ def render_slurm_conf(dep: Deployment, *, layout: NodeLayout | None = None) -> s
         overridden.add(key.lower())
 
     out = [_header(dep)]
-    titles = ["Cluster", "Scheduling", "Timeouts (seconds)", "State, spool and logs"]
+    titles = ["Cluster", "Scheduling", "Timeouts (seconds)", "State, spool and logs", "Power saving (cloud nodes)"]
     for title, params in zip(titles, sections):
+        if not params:
+            continue
         kept = [(k, v) for k, v in params if k.lower() not in overridden]
         out += ["", f"# {title}"]
         out += [f"{k}={v}" for k, v in kept]
@@ -537,7 +592,7 @@ def render_slurm_conf(dep: Deployment, *, layout: NodeLayout | None = None) -> s
     out += ["", "# Nodes (login nodes are not Slurm nodes)"]
     out += _node_lines(live, layout)
     out += ["", "# Partitions"]
-    out += _partition_lines(dep)
+    out += _partition_lines(dep, set(layout.cloud_nodes) if layout is not None else None)
     return "\n".join(out) + "\n"
 
 

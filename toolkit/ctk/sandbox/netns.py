@@ -5,10 +5,11 @@ work: every daemon (and srun) binds its node's address, and a connection from th
 from that address too, so slurmstepd connects back to where srun listens. Nodes that shared
 the host's loopback all sent from 127.0.0.1.
 
-Lab N owns the subnet PREFIX.N.0/24 on the bridge `ctkbrN` (the host is PREFIX.N.254 there);
-its node H is PREFIX.N.H in the namespace `ctk-N-H`, linked to the bridge by the veth pair
-`ctkNvH` / `eth0`. PREFIX is 198.18 (RFC 2544's benchmarking range, which no real network
-routes), or CTK_LAB_NET. Nothing leaves the bridge: no forwarding, no NAT.
+Lab N (1..63) owns the subnet PREFIX.4N.0/22 on the bridge `ctkbrN`: room for 1021 nodes, the
+host being the last address but the broadcast (PREFIX.4N+3.254). Its node H (1..1021) is the
+H-th address of the subnet (PREFIX.4N+H//256.H%256) in the namespace `ctk-N-H`, linked to the
+bridge by the veth pair `ctkNvH` / `eth0`. PREFIX is 198.18 (RFC 2544's benchmarking range,
+which no real network routes), or CTK_LAB_NET. Nothing leaves the bridge: no forwarding, no NAT.
 """
 
 from __future__ import annotations
@@ -21,7 +22,10 @@ from ..errors import UserError
 from . import DaemonError
 
 NETNS_DIR = "/run/netns"
-HOST = 254  # the host's address on each lab bridge
+PREFIX_LEN = 22
+MAX_LABS = 63  # lab N's subnet starts at PREFIX.4N.0: N = 63 ends at PREFIX.255.255
+HOST = (1 << (32 - PREFIX_LEN)) - 2  # the host's address on each lab bridge (1022: PREFIX.4N+3.254)
+MAX_HOSTS = HOST - 1  # node numbers 1..1021
 
 
 def prefix() -> str:
@@ -33,7 +37,14 @@ def prefix() -> str:
 
 
 def addr(n: int, host: int) -> str:
-    return f"{prefix()}.{n}.{host}"
+    """The address of node HOST (1..MAX_HOSTS; HOST for the host itself) of lab N."""
+    if not 1 <= n <= MAX_LABS or not 1 <= host <= HOST:
+        raise ValueError(f"no address for node {host} of lab {n}")
+    return f"{prefix()}.{4 * n + host // 256}.{host % 256}"
+
+
+def subnet(n: int) -> str:
+    return f"{prefix()}.{4 * n}.0/{PREFIX_LEN}"
 
 
 def bridge(n: int) -> str:
@@ -66,8 +77,8 @@ def ensure_bridge(n: int) -> None:
     if not _link_exists(br):
         _ip("link", "add", br, "type", "bridge")
     have = _ip("-o", "-4", "addr", "show", "dev", br).stdout
-    if f" {addr(n, HOST)}/24 " not in have:
-        _ip("addr", "add", f"{addr(n, HOST)}/24", "dev", br)
+    if f" {addr(n, HOST)}/{PREFIX_LEN} " not in have:
+        _ip("addr", "add", f"{addr(n, HOST)}/{PREFIX_LEN}", "dev", br)
     _ip("link", "set", br, "up")
 
 
@@ -79,7 +90,7 @@ def create(n: int, host: int) -> str:
     _ip("netns", "add", ns)
     _ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
     _ip("link", "set", veth, "master", bridge(n), "up")
-    _ip("-n", ns, "addr", "add", f"{addr(n, host)}/24", "dev", "eth0")
+    _ip("-n", ns, "addr", "add", f"{addr(n, host)}/{PREFIX_LEN}", "dev", "eth0")
     _ip("-n", ns, "link", "set", "eth0", "up")
     _ip("-n", ns, "link", "set", "lo", "up")
     return os.path.join(NETNS_DIR, ns)

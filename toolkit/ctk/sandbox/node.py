@@ -44,6 +44,11 @@ class NodeSpec:
     stop_timeout: float = 10.0
     netns: str = ""  # path of a network namespace to boot in (netns.create); "" = the host's
 
+    @classmethod
+    def from_dict(cls, d: dict) -> "NodeSpec":
+        """The spec asdict() made (a lab's agent boots nodes from their recorded specs)."""
+        return cls(**{**d, "services": [Service(**x) for x in d.get("services", [])]})
+
     @property
     def upper(self) -> str:
         return os.path.join(self.state_dir, "upper")

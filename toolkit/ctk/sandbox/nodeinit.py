@@ -26,6 +26,35 @@ def _log(msg: str) -> None:
     print(f"[nodeinit {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
+CLONE_NEWTIME = 0x80
+
+
+def fresh_boot_time() -> bool:
+    """Put this node's processes in a time namespace of their own whose boot clock starts now:
+    their uptime counts from the node's boot, not the host's. Slurm needs it of a node it
+    powered up: slurmctld takes a registration whose boot time (now - uptime) is older than
+    the resume request for a node that has not booted yet. False where the kernel has no time
+    namespaces (the node then shares the host's uptime)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    try:
+        with open("/proc/uptime") as f:
+            up = float(f.read().split()[0])
+    except OSError:
+        return False
+    if libc.unshare(CLONE_NEWTIME) != 0:
+        return False
+    secs = int(up) + 1  # the offset's nanoseconds are positive: -(up) = -(secs) + (secs - up)
+    nsec = int((secs - up) * 1e9)
+    try:
+        with open("/proc/self/timens_offsets", "w") as f:
+            f.write(f"boottime {-secs} {min(nsec, 999_999_999)}\n")
+    except OSError:
+        return False
+    return True
+
+
 def setup(spec: dict) -> str:
     root = spec["root"]
     _mount("--make-rprivate", "/")
@@ -143,6 +172,8 @@ def main(path: str) -> int:
 
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
+    if not fresh_boot_time():
+        _log("no time namespace: the node's uptime is the host's")
     try:
         root = setup(spec)
     except Exception as e:  # noqa: BLE001 - reported through the log and the exit code

@@ -43,6 +43,23 @@ class NodeStatus:
     ssh: dict | None = None  # local login nodes: how to reach them
     ssh_port: int | None = None  # ssh target
     reachable: bool | None = None  # ssh target: the host answered over SSH
+    # Nodes powered up on demand (a lab's dynamic nodes): "off", "powering-up", "on",
+    # "powering-down"; None for static nodes.
+    power: str | None = None
+    spot: bool | None = None  # a lab node that can be preempted
+
+
+def power_state(slurm_state: str | None, running: bool) -> str:
+    """A dynamic node's power state from sinfo's state flags (~ powered down, # powering up,
+    % powering down, ! power down pending) and whether its daemons run."""
+    st = slurm_state or ""
+    if "#" in st:
+        return "powering-up"
+    if "%" in st or "!" in st:
+        return "powering-down"
+    if "~" in st:
+        return "off"
+    return "on" if running else "off"
 
 
 @dataclass
@@ -73,11 +90,16 @@ class Status:
     # Slurm's accounting: "up" (slurmdbd answers and holds the cluster: sacct works), "down",
     # or None where the deployment keeps none.
     accounting: str | None = None
+    # The lab's agent (it powers dynamic nodes up and down): "up", "down", or None where the
+    # lab has none; what it did last, and its chaos settings.
+    agent: str | None = None
+    events: list[dict] = field(default_factory=list)
 
     @property
     def healthy(self) -> bool:
         return (not self.interrupted and self.controller_reachable and bool(self.nodes)
-                and all(x.running for x in self.nodes) and self.accounting != "down")
+                and all(x.running or x.power in ("off", "powering-up", "powering-down") for x in self.nodes)
+                and self.accounting != "down" and self.agent != "down")
 
     def to_dict(self) -> dict:
         def clean(d: dict) -> dict:
@@ -98,15 +120,31 @@ class Status:
         lines.append("")
         if self.nodes:
             w = max(len(x.name) for x in self.nodes)
-            lines.append(f"{'NODE':<{w}}  {'ROLE':<10} {'ADDRESS':<14} {'DAEMONS':<8} SLURM")
+            power = any(x.power for x in self.nodes)
+            lines.append(f"{'NODE':<{w}}  {'ROLE':<10} {'ADDRESS':<14} {'DAEMONS':<8} "
+                         + (f"{'POWER':<14} " if power else "") + "SLURM")
             for x in self.nodes:
-                proc = "up" if x.running else ("DOWN" if not x.dead_services else "DEAD:" + ",".join(x.dead_services))
-                lines.append(f"{x.name:<{w}}  {x.role:<10} {x.addr:<14} {proc:<8} {x.slurm_state or '-'}")
+                if x.running:
+                    proc = "up"
+                elif x.dead_services:
+                    proc = "DEAD:" + ",".join(x.dead_services)
+                else:
+                    proc = "-" if x.power else "DOWN"
+                pw = (x.power or "static") + (" spot" if x.spot else "")
+                lines.append(f"{x.name:<{w}}  {x.role:<10} {x.addr:<14} {proc:<8} "
+                             + (f"{pw if x.role == 'compute' else '':<14} " if power else "")
+                             + f"{x.slurm_state or '-'}")
         if self.partitions:
             lines += ["", f"{'PARTITION':<12} {'AVAIL':<6} {'NODES':>5}  {'STATE':<10} {'GRES':<14} NODELIST"]
             for p in self.partitions:
                 lines.append(f"{p.partition + ('*' if p.default else ''):<12} {p.avail:<6} {p.nodes:>5}  "
                              f"{p.state:<10} {p.gres:<14} {p.nodelist}")
+        if self.agent:
+            lines += ["", "lab agent (powers dynamic nodes up and down, preempts Spot nodes): " + self.agent]
+            for ev in self.events:
+                lines.append(f"  {ev.get('time', '')}  {ev.get('event', '')} {ev.get('node', '')}"
+                             + "".join(f" {k}={v}" for k, v in sorted(ev.items())
+                                       if k not in ("time", "epoch", "event", "node")))
         if self.slurm_client:
             lines += ["", f"Slurm commands run in {self.slurm_client}: eval \"$(ctk env DIR)\" puts sbatch, srun, "
                       "squeue, ... on PATH"]

@@ -1,6 +1,6 @@
 """Subnets and ports for lab clusters, leased per deployment folder.
 
-Deployment number N (1..249) owns the subnet of lab N (sandbox/netns.py: 198.18.N.0/24 on
+Deployment number N (1..63) owns the subnet of lab N (sandbox/netns.py: 198.18.4N.0/22 on
 the bridge ctkbrN) and the TCP ports
 PORT_BASE + 64*N .. +63. The registry lives in /run/ctk, under a lock, so two
 deployments never share addresses or ports; `ctk destroy` releases the lease.
@@ -19,7 +19,7 @@ from ..sandbox import netns
 
 PORT_BASE = 20000
 PORTS_PER_LEASE = 64
-MAX_LEASES = 249
+MAX_LEASES = netns.MAX_LABS
 
 
 def _registry_dir() -> str:
@@ -103,5 +103,5 @@ def addr(n: int, host: int) -> str:
 
 def port(n: int, i: int) -> int:
     if not 0 <= i < PORTS_PER_LEASE:
-        raise UserError(f"a lab cluster has at most {PORTS_PER_LEASE - 2} nodes")
+        raise ValueError(f"port slot {i} is outside a lease's {PORTS_PER_LEASE} ports")
     return PORT_BASE + PORTS_PER_LEASE * n + i

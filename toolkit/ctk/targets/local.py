@@ -43,9 +43,10 @@ from ..sandbox import node as nodes
 from ..sandbox.daemons import DaemonError, ensure_munge_key, ensure_secret, stop_munged
 from ..sandbox.proc import terminate
 from . import leases
+from .labagent import MEMORY_RESERVE_MB, NODE_MB, available_mb
 from .labclient import LabCluster, client_node, job_cluster, lab_dir, load_state, slurm
 from .base import (SINFO_PARTITIONS, DeployOutcome, NodeStatus, Status, Target, parse_node_states,
-                   parse_partitions, wait_ready)
+                   parse_partitions, power_state, wait_ready)
 
 if TYPE_CHECKING:  # the builders are imported where they are used: `ctk job` needs none of them
     from ..images.store import Store
@@ -66,6 +67,7 @@ DB_DIR_IN_NODE = "/var/lib/mysql"
 DB_PORT = 3306
 DBD_DIR_IN_NODE = "ctk/dbd"  # under /run
 DBD_PORT_SLOT = leases.PORTS_PER_LEASE - 2  # the nodes use the slots below it
+EVENTS_SHOWN = 8  # the agent's last events in ctk status
 
 
 @dataclass
@@ -76,11 +78,10 @@ class LabNode:
     port: int
     image: str
     nodeset: str = ""
-
-    @property
-    def host(self) -> int:
-        """The node's number in the lab's subnet (the last octet of its address)."""
-        return int(self.addr.rsplit(".", 1)[1])
+    host: int = 0  # the node's number in the lab's subnet (sandbox/netns.py)
+    dynamic: bool = False  # a Slurm cloud node: powered up on demand by the lab's agent
+    spot: bool = False  # can be preempted (ctk preempt, chaos)
+    flex: int | None = None  # flex-start: seconds it runs before its capacity is taken back
 
 
 @dataclass
@@ -98,21 +99,30 @@ class LabPlan:
     def controller(self) -> LabNode:
         return next(x for x in self.nodes if x.role == "controller")
 
+    @property
+    def cloud_nodes(self) -> list[LabNode]:
+        return [x for x in self.nodes if x.dynamic]
+
+    @property
+    def needs_agent(self) -> bool:
+        """Whether the lab runs its agent: it has nodes to power up, or nodes to preempt."""
+        return any(x.dynamic or x.spot for x in self.nodes)
+
 
 # ---- planning (pure) -------------------------------------------------------------------
 
 def scale(dep: Deployment, max_nodes: int) -> tuple[Deployment, list[str]]:
-    """A copy of the deployment with every nodeset capped at `max_nodes` nodes (all static)."""
+    """A copy of the deployment with every nodeset capped at `max_nodes` nodes, static ones
+    first; dynamic nodes stay dynamic (powered up on demand)."""
     out = copy.deepcopy(dep)
     notes = []
     for ns in out.nodesets:
         want = ns.node_count
-        have = min(want, max_nodes)
-        if have < want:
-            notes.append(f"nodeset {ns.name}: {want} nodes capped to {have} (--max-nodes {max_nodes})")
-        if ns.node_count_dynamic_max and have:
-            notes.append(f"nodeset {ns.name}: dynamic nodes run as static nodes on the local target")
-        ns.node_count_static, ns.node_count_dynamic_max = have, 0
+        static = min(ns.node_count_static, max_nodes)
+        dynamic = min(ns.node_count_dynamic_max, max_nodes - static)
+        if static + dynamic < want:
+            notes.append(f"nodeset {ns.name}: {want} nodes capped to {static + dynamic} (--max-nodes {max_nodes})")
+        ns.node_count_static, ns.node_count_dynamic_max = static, dynamic
         if ns.gpu_count:
             notes.append(f"nodeset {ns.name}: {ns.gpu_count} x {ns.gpu_type.upper()} per node emulated "
                          "as Slurm gres (no devices)")
@@ -160,20 +170,53 @@ def plan_lab(dep: Deployment, n: int, max_nodes: int = DEFAULT_MAX_NODES) -> Lab
             names[name] = default
         return names[name]
 
+    computes = sum(ns.node_count for ns in scaled.nodesets)
+    total = 1 + computes + sum(lg.count for lg in scaled.logins)
+    if total > netns.MAX_HOSTS:
+        raise UserError(f"the lab would have {total} nodes; a lab has at most {netns.MAX_HOSTS}",
+                        hint="lower --max-nodes, or the blueprint's node counts")
+    slurmd_port = leases.port(n, leases.PORTS_PER_LEASE - 1)
     nodes_: list[LabNode] = [LabNode(scaled.controller.hostname, "controller", leases.addr(n, 1),
-                                     leases.port(n, 0), image_of(scaled.controller.image))]
+                                     leases.port(n, 0), image_of(scaled.controller.image), host=1)]
     host = 2
     for ns in scaled.nodesets:
-        for name in ns.node_names():
-            nodes_.append(LabNode(name, "compute", leases.addr(n, host), leases.port(n, host - 1),
-                                  image_of(ns.image), ns.name))
+        for i, name in enumerate(ns.node_names()):
+            # Every compute node's slurmd listens on the same port, each on its own address.
+            nodes_.append(LabNode(name, "compute", leases.addr(n, host), slurmd_port, image_of(ns.image),
+                                  ns.name, host=host, dynamic=i >= ns.node_count_static, spot=ns.spot,
+                                  flex=ns.flex_max_run_duration))
             host += 1
-    for lg in scaled.logins:
-        for name in lg.node_names():
-            nodes_.append(LabNode(name, "login", leases.addr(n, host), leases.port(n, host - 1), image_of(lg.image)))
-            host += 1
-    leases.port(n, host)  # raises when the cluster is too big for one lease
+    for i, name in enumerate(name for lg in scaled.logins for name in lg.node_names()):
+        lg_image = next(lg.image for lg in scaled.logins if name in lg.node_names())
+        nodes_.append(LabNode(name, "login", leases.addr(n, host), leases.port(n, 1 + i), image_of(lg_image),
+                              host=host))
+        host += 1
     return LabPlan(n, scaled, nodes_, images, notes)
+
+
+def memory_mb(nodes_: list[LabNode]) -> int:
+    """What the nodes take of this machine's memory when all of them are up and idle."""
+    return sum(NODE_MB[x.role] for x in nodes_)
+
+
+def check_memory(plan: LabPlan, running: set[str], progress: Progress | None = None) -> list[str]:
+    """Refuse a lab whose always-up nodes do not fit in this machine's memory; a note where its
+    dynamic nodes, all powered up, would not. RUNNING: nodes already up (their memory is in use)."""
+    avail = available_mb()
+    if avail is None:
+        return []
+    static = [x for x in plan.nodes if not x.dynamic and x.name not in running]
+    need = memory_mb(static) + MEMORY_RESERVE_MB
+    if need > avail:
+        raise UserError(f"the lab's {len(static)} always-up node(s) need about {memory_mb(static)} MB and this "
+                        f"machine has {avail} MB available (with {MEMORY_RESERVE_MB} MB kept for jobs)",
+                        hint="lower --max-nodes or node_count_static; dynamic nodes take memory only when "
+                             "a job powers them up")
+    dynamic = [x for x in plan.cloud_nodes if x.name not in running]
+    if dynamic and need + memory_mb(dynamic) > avail:
+        return [f"{len(dynamic)} dynamic node(s) need about {memory_mb(dynamic)} MB more when all are powered "
+                f"up; {avail - need} MB are left: the lab's agent refuses to power up nodes beyond that"]
+    return []
 
 
 def accounting(plan: LabPlan) -> bool:
@@ -192,7 +235,7 @@ def layout(plan: LabPlan) -> NodeLayout:
     acct = accounting(plan)
     return NodeLayout(
         controller_addr=plan.controller.addr, controller_port=plan.controller.port,
-        node_addr={x.name: x.addr for x in computes}, node_port={x.name: x.port for x in computes},
+        node_addr={x.name: x.addr for x in computes}, node_port={},  # each slurmd on SlurmdPort
         state_dir="/var/spool/slurmctld", spool_dir="/var/spool/slurmd", log_dir="/var/log/slurm",
         pid_dir="/run", slurm_user="root", controller_host=plan.controller.name,
         slurmd_port=leases.port(plan.n, leases.PORTS_PER_LEASE - 1),
@@ -201,7 +244,46 @@ def layout(plan: LabPlan) -> NodeLayout:
         slurmdbd_addr=plan.controller.name if acct else None,
         slurmdbd_port=leases.port(plan.n, DBD_PORT_SLOT) if acct else None,
         task_prolog=JAX_TASK_PROLOG if all(images[x.image].python for x in computes) else None,
-        health_check=HEALTH_CHECK)
+        health_check=HEALTH_CHECK,
+        cloud_nodes=[x.name for x in plan.cloud_nodes],
+        resume_program=f"/etc/slurm/{RESUME_SCRIPT}" if plan.cloud_nodes else None,
+        suspend_program=f"/etc/slurm/{SUSPEND_SCRIPT}" if plan.cloud_nodes else None,
+        nodes_ready_program=f"/etc/slurm/{READY_SCRIPT}" if plan.cloud_nodes else None)
+
+
+# slurmctld's ResumeProgram and SuspendProgram in the lab: each hands its nodes (a Slurm
+# hostlist) to the lab's agent on the host, as a request file in a folder that only the
+# controller sees; the agent boots or stops them (targets/labagent.py).
+RESUME_SCRIPT, SUSPEND_SCRIPT, READY_SCRIPT = "ctk-resume", "ctk-suspend", "ctk-nodes-ready"
+POWER_DIR_IN_NODE = "/var/spool/ctk-power"
+
+
+def power_script(op: str) -> str:
+    return f"""#!/bin/sh
+# Written by ctk: slurmctld runs it with a hostlist of nodes to {op}. The lab's agent, on the
+# host, reads the request from {POWER_DIR_IN_NODE} and does it (see ctk status).
+set -eu
+t=$(date +%s.%N)
+printf '%s %s\\n' {op} "$1" > "{POWER_DIR_IN_NODE}/.$t.$$"
+mv "{POWER_DIR_IN_NODE}/.$t.$$" "{POWER_DIR_IN_NODE}/$t.$$.{op}"
+"""
+
+
+def ready_script(timeout: int) -> str:
+    """slurmctld's PrologSlurmctld in a lab with dynamic nodes: it returns once every node of
+    the job answers. Its end is what starts a job on nodes that were powered up for it at once;
+    without it slurmctld notices that they are up on its 30-second round."""
+    return f"""#!/bin/sh
+# Written by ctk: waits (at most {timeout} s, the ResumeTimeout) until no node of the job is
+# powering up (#) or not responding (*), then lets slurmctld start the job. Never fails a job:
+# nodes that do not come up are Slurm's ResumeTimeout's to handle.
+end=$(( $(date +%s) + {timeout} ))
+while [ "$(date +%s)" -lt "$end" ]; do
+  states=$(sinfo -h -N -n "$SLURM_JOB_NODELIST" -o %T 2>/dev/null) || states='#'
+  case "$states" in *'#'*|*'*'*|*'~'*) sleep 0.3 ;; *) exit 0 ;; esac
+done
+exit 0
+"""
 
 
 def lab_files(plan: LabPlan, ldir: str) -> dict[str, str]:
@@ -216,6 +298,10 @@ def lab_files(plan: LabPlan, ldir: str) -> dict[str, str]:
     if any(ns.gpu_count for ns in plan.dep.nodesets):
         files["etc/slurm/gres.conf"] = render_gres_conf(plan.dep, layout=lay)
     files["ssh_config"] = ssh_config(plan, ldir)
+    if plan.cloud_nodes:
+        files[f"etc/slurm/{RESUME_SCRIPT}"] = power_script("resume")
+        files[f"etc/slurm/{SUSPEND_SCRIPT}"] = power_script("suspend")
+        files[f"etc/slurm/{READY_SCRIPT}"] = ready_script(plan.dep.controller.resume_timeout)
     return files
 
 
@@ -342,6 +428,8 @@ def node_spec(plan: LabPlan, x: LabNode, ldir: str, lowerdirs: list[str]) -> nod
              {"src": os.path.join(ldir, "gpus"), "dest": GPU_DIR_IN_NODE, "ro": True}]
     if x.role == "controller":
         binds.append({"src": os.path.join(ldir, "slurmctld"), "dest": "/var/spool/slurmctld"})
+        if plan.cloud_nodes:
+            binds.append({"src": os.path.join(ldir, "power", "requests"), "dest": POWER_DIR_IN_NODE})
     if acct:
         binds.append({"src": os.path.join(ldir, "slurmdbd"), "dest": DB_DIR_IN_NODE})
     return nodes.NodeSpec(
@@ -498,20 +586,88 @@ class DeployResult:
     seconds: float
 
 
+def power_dir(deployment_dir: str) -> str:
+    return os.path.join(os.path.abspath(lab_dir(deployment_dir)), "power")
+
+
+def agent_config(plan: LabPlan, deployment_dir: str, specs: dict[str, nodes.NodeSpec]) -> dict:
+    """What the lab's agent needs: the nodes it may boot, stop or preempt, with the specs they
+    boot with, and the rehearsal's settings."""
+    lab = plan.dep.lab
+    return {"deployment_dir": os.path.abspath(deployment_dir), "n": plan.n,
+            "preemption_notice": lab.preemption_notice, "flex_start_delay": lab.flex_start_delay,
+            "flex_run_duration": lab.flex_run_duration,
+            "chaos_interval": lab.chaos_interval, "chaos_seed": lab.chaos_seed,
+            "nodes": {x.name: {"host": x.host, "dynamic": x.dynamic, "spot": x.spot, "flex": x.flex,
+                               "spec": asdict(specs[x.name])}
+                      for x in plan.nodes if x.dynamic or x.spot}}
+
+
+def start_agent(deployment_dir: str, config: dict) -> tuple[int, bool]:
+    """The lab's agent, running with CONFIG (restarted when it changed); (pid, restarted)."""
+    import sys
+
+    from ..waiting import TimedOut, poll
+    from .labagent import agent_pid
+
+    pdir = power_dir(deployment_dir)
+    os.makedirs(os.path.join(pdir, "requests"), exist_ok=True)
+    path = os.path.join(pdir, "agent.json")
+    changed = atomic.write_if_changed(path, json.dumps(config, indent=1, sort_keys=True) + "\n", 0o600)
+    pid = agent_pid(pdir)
+    if pid and not changed:
+        return pid, False
+    if pid:
+        terminate(pid)
+    log = open(os.path.join(pdir, "agent.log"), "ab")
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.dirname(__file__)))}
+    proc = subprocess.Popen([sys.executable, "-m", "ctk.targets.labagent", path], stdin=subprocess.DEVNULL,
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+    try:
+        poll(lambda: agent_pid(pdir) == proc.pid or proc.poll() is not None, 30, 0.05)
+    except TimedOut:
+        pass
+    if agent_pid(pdir) != proc.pid:
+        raise DaemonError("the lab's agent did not start", hint=f"see {os.path.join(pdir, 'agent.log')}")
+    return proc.pid, bool(pid)
+
+
+def stop_agent(deployment_dir: str) -> bool:
+    from .labagent import agent_pid
+
+    pid = agent_pid(power_dir(deployment_dir))
+    return bool(pid) and terminate(pid)
+
+
 def deploy_local(dep: Deployment, deployment_dir: str, *, max_nodes: int = DEFAULT_MAX_NODES,
                  progress: Progress | None = None, store: Store | None = None,
                  ready_timeout: float = 60.0) -> DeployResult:
-    """Bring the lab cluster to the state the deployment describes; idempotent."""
+    """Bring the lab cluster to the state the deployment describes; idempotent. Dynamic nodes
+    are left powered down (the lab's agent boots them when Slurm asks)."""
     progress = progress or Progress()
     t0 = time.monotonic()
     ldir = os.path.abspath(lab_dir(deployment_dir))
     n = leases.lease(deployment_dir)
-    plan = plan_lab(dep, n, max_nodes)
+    try:
+        plan = plan_lab(dep, n, max_nodes)
+    except UserError:
+        if load_state(deployment_dir) is None:
+            leases.release(deployment_dir)
+        raise
     # A lab left running when its folder was removed holds this lease's addresses: stop it.
     orphans = stop_leftovers(deployment_dir, only_orphans=True)
     if orphans:
         progress.say(f"note: stopped {len(orphans)} node(s) of an earlier lab whose folder was removed")
-    for note in plan.notes:
+    old = load_state(deployment_dir) or {}
+    running = {x["name"] for x in old.get("nodes", [])
+               if nodes.node_pid(os.path.join(ldir, "nodes", x["name"])) is not None}
+    try:
+        mem_notes = check_memory(plan, running)
+    except UserError:
+        if not old:
+            leases.release(deployment_dir)
+        raise
+    for note in plan.notes + mem_notes:
         progress.say(f"note: {note}")
     from ..images.build import build_image
     from ..images.store import Store
@@ -525,13 +681,13 @@ def deploy_local(dep: Deployment, deployment_dir: str, *, max_nodes: int = DEFAU
             rec = store.image(img.name)
         layers[img.name] = rec["layers"]
 
-    old = load_state(deployment_dir) or {}
     started_now: list[str] = []
     try:
-        for d in ("home", "root", "slurmctld", "slurmdbd", "gpus", "nodes"):
+        for d in ("home", "root", "slurmctld", "slurmdbd", "gpus", "nodes", "power/requests"):
             os.makedirs(os.path.join(ldir, d), exist_ok=True)
         os.chmod(os.path.join(ldir, "home"), 0o755)
         os.chmod(os.path.join(ldir, "root"), 0o700)
+        os.chmod(os.path.join(ldir, "power"), 0o700)
         _ssh_keys(plan, ldir)
         max_gpus = max([ns.gpu_count for ns in plan.dep.nodesets] + [0])
         for i in range(max_gpus):
@@ -544,24 +700,28 @@ def deploy_local(dep: Deployment, deployment_dir: str, *, max_nodes: int = DEFAU
             atomic.write_if_changed(os.path.join(ldir, "secrets", "slurmdbd.conf"), slurmdbd_conf(plan, ldir), 0o600)
         files = lab_files(plan, ldir)
         changed = [rel for rel, text in files.items() if atomic.write_if_changed(os.path.join(ldir, rel), text)]
-        for rel in ("etc/slurm/gres.conf",):
+        for rel in ("etc/slurm/gres.conf", *(f"etc/slurm/{x}" for x in (RESUME_SCRIPT, SUSPEND_SCRIPT, READY_SCRIPT))):
             if rel not in files and os.path.exists(os.path.join(ldir, rel)):
                 os.unlink(os.path.join(ldir, rel))
                 changed.append(rel)
+        for script in (RESUME_SCRIPT, SUSPEND_SCRIPT, READY_SCRIPT):
+            if f"etc/slurm/{script}" in files:
+                os.chmod(os.path.join(ldir, "etc", "slurm", script), 0o755)
         netns.ensure_bridge(n)
         write_wrappers(deployment_dir, client_node(plan.nodes))
 
         old_nodes = {x["name"]: x for x in old.get("nodes", [])}
         want = {x.name: x for x in plan.nodes}
         node_set_changed = set(old_nodes) != set(want) or any(
-            (old_nodes[k]["addr"], old_nodes[k]["port"]) != (want[k].addr, want[k].port) for k in want if k in old_nodes)
+            (old_nodes[k]["addr"], old_nodes[k]["port"], old_nodes[k].get("dynamic", False))
+            != (want[k].addr, want[k].port, want[k].dynamic) for k in want if k in old_nodes)
         conf_changed = any(rel.startswith("etc/slurm/") for rel in changed)
 
         stopped = []
         for name in old_nodes:
             if name not in want:
                 nodes.stop(os.path.join(ldir, "nodes", name))
-                netns.remove(n, int(old_nodes[name]["addr"].rsplit(".", 1)[1]))
+                netns.remove(n, int(old_nodes[name].get("host") or old_nodes[name]["addr"].rsplit(".", 1)[1]))
                 shutil.rmtree(os.path.join(ldir, "nodes", name), ignore_errors=True)
                 stopped.append(name)
 
@@ -570,20 +730,28 @@ def deploy_local(dep: Deployment, deployment_dir: str, *, max_nodes: int = DEFAU
             "n": n, "deployment": dep.deployment_name, "nodes": [{**asdict(x), "hash": ""} for x in plan.nodes],
             "notes": plan.notes, "max_nodes": max_nodes, "complete": False})
         booted, restarted, kept, records = [], [], [], []
+        specs: dict[str, nodes.NodeSpec] = {}
         # Slurm 22.05 adds or moves nodes only on a restart of its daemons; a change of
         # partitions or limits needs no more than `scontrol reconfigure`.
         order = sorted(plan.nodes, key=lambda x: {"controller": 0, "compute": 1, "login": 2}[x.role])
         for x in order:
-            spec = node_spec(plan, x, ldir, store.lowerdirs(layers[x.image]))
+            spec = specs[x.name] = node_spec(plan, x, ldir, store.lowerdirs(layers[x.image]))
             h = spec_hash(spec, files)
-            running = nodes.node_pid(spec.state_dir) is not None
-            healthy = running and not nodes.dead_services(spec.state_dir)
+            running_now = nodes.node_pid(spec.state_dir) is not None
+            healthy = running_now and not nodes.dead_services(spec.state_dir)
             prev = old_nodes.get(x.name, {})
             if healthy and prev.get("hash") == h and not (node_set_changed and x.role != "login"):
                 kept.append(x.name)
+            elif x.dynamic and not running_now:
+                pass  # powered down: the agent boots it when a job needs it
             else:
-                if running:
+                if running_now:
                     nodes.stop(spec.state_dir)
+                    if x.dynamic:  # slurmctld restarts with it powered down
+                        netns.remove(n, x.host)
+                        stopped.append(x.name)
+                        records.append({**asdict(x), "hash": h})
+                        continue
                     restarted.append(x.name)
                 else:
                     booted.append(x.name)
@@ -596,9 +764,14 @@ def deploy_local(dep: Deployment, deployment_dir: str, *, max_nodes: int = DEFAU
         if conf_changed and not node_set_changed and kept and any(r == plan.controller.name for r in kept):
             slurm(deployment_dir, "scontrol", "reconfigure")
             reconfigured = True
+        if plan.needs_agent:
+            pid, _ = start_agent(deployment_dir, agent_config(plan, deployment_dir, specs))
+        else:
+            stop_agent(deployment_dir)
         _save_state(deployment_dir, {"n": n, "deployment": dep.deployment_name, "nodes": records,
                                      "notes": plan.notes, "max_nodes": max_nodes, "complete": True,
-                                     "accounting": acct, "cluster": dep.slurm_cluster_name})
+                                     "accounting": acct, "cluster": dep.slurm_cluster_name,
+                                     "agent": plan.needs_agent})
         _wait_ready(deployment_dir, plan, ready_timeout, progress)
         if acct:
             _wait_accounting(deployment_dir, plan, ready_timeout, progress)
@@ -607,6 +780,7 @@ def deploy_local(dep: Deployment, deployment_dir: str, *, max_nodes: int = DEFAU
         for sd in started_now:
             nodes.stop(sd)
         if not old:  # nothing of this lab ran before: give back its network and its lease too
+            stop_agent(deployment_dir)
             _stop_all(deployment_dir)
             try:
                 os.unlink(os.path.join(lab_dir(deployment_dir), "state.json"))
@@ -617,12 +791,13 @@ def deploy_local(dep: Deployment, deployment_dir: str, *, max_nodes: int = DEFAU
         else:
             _save_state(deployment_dir, old)
         raise
-    return DeployResult(deployment_dir, booted, restarted, kept, stopped, reconfigured, plan.notes,
+    return DeployResult(deployment_dir, booted, restarted, kept, stopped, reconfigured, plan.notes + mem_notes,
                         time.monotonic() - t0)
 
 
 def _stop_all(deployment_dir: str) -> list[str]:
     ldir = lab_dir(deployment_dir)
+    stop_agent(deployment_dir)  # first: it would boot nodes again
     stopped = []
     nd = os.path.join(ldir, "nodes")
     if os.path.isdir(nd):
@@ -650,7 +825,11 @@ def _lab_processes(deployment_dir: str) -> list[tuple[int, str, bool]]:
             argv = open(f"/proc/{pid}/cmdline", "rb").read().decode(errors="replace").split("\0")
         except OSError:
             continue
-        if len(argv) > 3 and argv[1:3] == ["-m", "ctk.sandbox.nodeinit"]:
+        if len(argv) > 3 and argv[1:3] == ["-m", "ctk.targets.labagent"]:
+            for pre in prefixes:
+                if argv[3].startswith(pre + "power/"):
+                    out.append((pid, "agent", os.path.exists(argv[3])))
+        elif len(argv) > 3 and argv[1:3] == ["-m", "ctk.sandbox.nodeinit"]:
             spec = argv[3]
             for pre in prefixes:
                 if spec.startswith(pre + "nodes/"):
@@ -667,7 +846,8 @@ def stop_leftovers(deployment_dir: str, only_orphans: bool = False) -> list[str]
     """Stop the lab processes of DEPLOYMENT_DIR that no state file leads to (ONLY_ORPHANS:
     just those whose files are gone); the node names stopped."""
     procs = [p for p in _lab_processes(deployment_dir) if not (only_orphans and p[2])]
-    return sorted(name for pid, name, _ in procs if terminate(pid) and name != "host-munge")
+    procs.sort(key=lambda p: p[1] != "agent")  # the agent first: it would boot nodes again
+    return sorted(name for pid, name, _ in procs if terminate(pid) and name not in ("host-munge", "agent"))
 
 
 def has_leftovers(deployment_dir: str) -> bool:
@@ -705,17 +885,83 @@ def status_local(deployment_dir: str) -> Status:
         if x["role"] == "login":
             ssh = {"host": x["addr"], "port": x["port"], "user": "root", "identity": ssh_key(ldir),
                    "ssh_config": os.path.join(os.path.abspath(ldir), "ssh_config")}
-        out_nodes.append(NodeStatus(x["name"], x["role"], x["addr"], running and not dead, dead,
-                                    slurm_states.get(x["name"]) if x["role"] == "compute" else None,
-                                    image=x["image"], ssh=ssh))
+        sst = slurm_states.get(x["name"]) if x["role"] == "compute" else None
+        out_nodes.append(NodeStatus(x["name"], x["role"], x["addr"], running and not dead, dead, sst,
+                                    image=x["image"], ssh=ssh,
+                                    power=power_state(sst, running) if x.get("dynamic") else None,
+                                    spot=True if x.get("spot") else None))
     parts = _ask(deployment_dir, *SINFO_PARTITIONS)
     acct = None
     if state.get("accounting"):
         acct = "up" if cluster_registered(deployment_dir, state["cluster"]) else "down"
+    agent, events = None, []
+    if state.get("agent"):
+        from .labagent import agent_pid, read_events
+
+        pdir = power_dir(deployment_dir)
+        agent = "up" if agent_pid(pdir) else "down"
+        events = read_events(pdir)[-EVENTS_SHOWN:]
     return Status(deployment=state["deployment"], target="local", controller_reachable=bool(slurm_states),
                   nodes=out_nodes, partitions=parse_partitions(parts) if parts is not None else [],
                   notes=state.get("notes", []), slurm_client=client_node(state["nodes"]),
-                  interrupted=not state.get("complete", True), accounting=acct)
+                  interrupted=not state.get("complete", True), accounting=acct, agent=agent, events=events)
+
+
+def preempt_local(deployment_dir: str, names: list[str], notice: float | None = None,
+                  wait: bool = False) -> list[dict]:
+    """Hand the lab's agent a preemption of each node (Spot nodes that are powered up); with
+    WAIT, return once each is down. One row per node: {node, state, detail}."""
+    from ..render.hostlist import expand
+    from ..waiting import TimedOut, poll
+    from .labagent import agent_pid, read_events, request
+
+    state = load_state(deployment_dir)
+    if state is None:
+        raise UserError(f"{deployment_dir} has no running lab", hint=f"ctk deploy BLUEPRINT -o {deployment_dir}")
+    by_name = {x["name"]: x for x in state["nodes"]}
+    want: list[str] = []
+    for arg in names:
+        try:
+            want += expand(arg)
+        except ValueError as e:
+            raise UserError(f"ctk preempt: {arg!r} is not a node name or hostlist: {e}") from None
+    for name in want:
+        x = by_name.get(name)
+        if x is None:
+            raise UserError(f"ctk preempt: no node {name!r} in {deployment_dir}",
+                            hint=did_you_mean(name, list(by_name)) or "ctk status lists the nodes")
+        if not x.get("spot"):
+            spot = compress([k for k, v in by_name.items() if v.get("spot")])
+            raise UserError(f"ctk preempt: {name} is not a Spot or preemptible node: Google Cloud does not "
+                            "preempt it", hint=f"Spot nodes of this lab: {spot}" if spot else
+                            "mark a nodeset enable_spot_vm: true (preemptible: true for TPUs)")
+        if nodes.node_pid(os.path.join(lab_dir(deployment_dir), "nodes", name)) is None:
+            raise UserError(f"ctk preempt: {name} is powered down: there is nothing to preempt",
+                            hint="a job on its partition powers it up")
+    pdir = power_dir(deployment_dir)
+    if agent_pid(pdir) is None:
+        raise DaemonError("the lab's agent is not running", hint=f"ctk deploy again starts it ({pdir}/agent.log)")
+    since = time.time()
+    kw = {"by": "ctk-preempt"} if notice is None else {"notice": notice, "by": "ctk-preempt"}
+    request(pdir, "preempt", want, **kw)
+
+    def seen(event: str) -> set[str]:
+        return {e.get("node") for e in read_events(pdir) if e.get("event") == event and e.get("epoch", 0) >= since - 1}
+
+    try:
+        poll(lambda: set(want) <= seen("notice"), 15, 0.1)
+    except TimedOut:
+        raise DaemonError("the lab's agent did not take the preemption", hint=f"see {pdir}/agent.log") from None
+    notices = {e["node"]: e for e in read_events(pdir) if e.get("event") == "notice" and e.get("epoch", 0) >= since - 1}
+    if wait:
+        longest = max(float(notices[n].get("seconds", 0)) for n in want)
+        try:
+            poll(lambda: set(want) <= seen("down"), longest + 60, 0.2)
+        except TimedOut:
+            raise DaemonError("the preempted nodes did not go down in time", hint=f"see {pdir}/events.log") from None
+        return [{"node": n, "state": "down", "detail": "preempted; its jobs were requeued"} for n in want]
+    return [{"node": n, "state": "notice",
+             "detail": f"SIGTERM in {float(notices[n].get('seconds', 0)):g} s"} for n in want]
 
 
 def exec_local(deployment_dir: str, node: str, argv: list[str]) -> int:

@@ -1,0 +1,348 @@
+"""The lab's agent: what a cloud does under a lab's dynamic, Spot and flex-start nodes.
+
+A host process per lab (`python -m ctk.targets.labagent LAB/power/agent.json`), started by
+`ctk deploy` and stopped by `ctk destroy`, that outlives the command that started it, as the
+lab's nodes do. It reads requests, one file each, from LAB/power/requests/:
+
+    resume HOSTLIST    slurmctld's ResumeProgram (a job was given powered-down nodes): boot
+                       them from their image, as deploy boots static nodes. A flex-start node
+                       boots once its capacity arrives (flex_start_delay seconds later).
+    suspend HOSTLIST   slurmctld's SuspendProgram (idle past SuspendTime) and
+                       ResumeFailProgram: stop them.
+    preempt HOSTLIST [notice=SECONDS] [by=WHO]
+                       `ctk preempt`: a Spot node's preemption, as Google Cloud does it. The
+                       notice starts (the node's /run/ctk/preempted says TRUE, as the metadata
+                       server's `preempted` does); when it ends the node is marked DOWN in Slurm
+                       (which requeues its jobs and sends them SIGTERM) and every process of
+                       the node gets SIGTERM, then SIGKILL 10 s later. A dynamic node is then
+                       powered down (POWER_DOWN_FORCE), so that the next job powers it up again;
+                       a static one boots again, as slurm-gcp restarts preempted static nodes.
+
+It also takes back flex-start nodes at their max_run_duration, and with chaos_interval set,
+preempts a random powered-up Spot node at exponentially distributed intervals of that mean.
+Everything it does is a JSON line in LAB/power/events.log (time, event, node, jobs, by whom).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from ..render.hostlist import expand
+from ..sandbox import netns
+from ..sandbox import node as nodes
+
+POLL = 0.2  # seconds between looks at the request folder and the timers
+WORKERS = 8  # nodes booted or stopped at once
+# What a lab node takes of this machine's memory, idle (bench/lab_scale.py measures it): a
+# compute node's nodeinit, munged and slurmd; the controller's MariaDB and slurmctld, and the
+# login node's sshd, take more. A job's own processes come on top.
+NODE_MB = {"compute": 12, "login": 16, "controller": 260}
+MEMORY_RESERVE_MB = 512  # left to the host and to jobs when a lab is at its largest
+
+
+def available_mb() -> int | None:
+    """This machine's available memory (MemAvailable), or None where /proc says nothing."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) // 1024
+    except OSError:
+        pass
+    return None
+
+
+def request(power_dir: str, op: str, names: list[str], **kw: Any) -> str:
+    """Hand the agent a request (written whole, then renamed: the agent never reads half of one)."""
+    from ..render.hostlist import compress
+
+    d = os.path.join(power_dir, "requests")
+    os.makedirs(d, exist_ok=True)
+    stamp = f"{time.time():.6f}.{os.getpid()}"
+    tmp = os.path.join(d, f".{stamp}")
+    with open(tmp, "w") as f:
+        f.write(" ".join([op, compress(names), *(f"{k}={v}" for k, v in kw.items())]) + "\n")
+    path = os.path.join(d, f"{stamp}.{op}")
+    os.replace(tmp, path)
+    return path
+
+
+def read_events(power_dir: str) -> list[dict]:
+    try:
+        with open(os.path.join(power_dir, "events.log")) as f:
+            return [json.loads(line) for line in f if line.strip()]
+    except FileNotFoundError:
+        return []
+
+
+def agent_pid(power_dir: str) -> int | None:
+    """The running agent's pid, or None."""
+    try:
+        pid = int(open(os.path.join(power_dir, "agent.pid")).read())
+        argv = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+    except (OSError, ValueError):
+        return None
+    return pid if b"ctk.targets.labagent" in argv else None
+
+
+class Agent:
+    def __init__(self, config_path: str):
+        with open(config_path) as f:
+            cfg = json.load(f)
+        self.dir = cfg["deployment_dir"]
+        self.n = cfg["n"]
+        self.power = os.path.dirname(os.path.abspath(config_path))
+        self.requests = os.path.join(self.power, "requests")
+        self.nodes: dict[str, dict] = cfg["nodes"]
+        self.notice = float(cfg["preemption_notice"])
+        self.flex_delay = float(cfg["flex_start_delay"])
+        self.flex_run = cfg.get("flex_run_duration")
+        self.chaos = float(cfg.get("chaos_interval") or 0)
+        seed = cfg.get("chaos_seed")
+        self.rng = random.Random(seed)
+        self.pool = ThreadPoolExecutor(WORKERS)
+        self.lock = threading.Lock()
+        self.busy: set[str] = set()  # nodes being booted, stopped or preempted
+        self.capacity_at: dict[str, float] = {}  # flex-start nodes waiting: when they boot
+        self.notices: dict[str, tuple[float, str]] = {}  # node: (when its SIGTERM comes, by whom)
+        self.up_since: dict[str, float] = {}  # flex-start nodes: when they booted
+        self.next_chaos = self._next_chaos(time.monotonic())
+        self.stopping = False
+        if self.chaos:
+            self.event("chaos", mean_interval=self.chaos, seed=seed)
+
+    # ---- records --------------------------------------------------------------------------
+
+    def event(self, what: str, node: str | None = None, **kw: Any) -> None:
+        rec = {"time": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime()) + f".{int(time.time() * 1000) % 1000:03d}",
+               "epoch": round(time.time(), 3), "event": what}
+        if node:
+            rec["node"] = node
+        rec.update(kw)
+        with self.lock:
+            with open(os.path.join(self.power, "events.log"), "a") as f:
+                f.write(json.dumps(rec, sort_keys=True) + "\n")
+
+    def slurm(self, *argv: str) -> str | None:
+        """One of the lab's Slurm commands (in its client node); its output, or None."""
+        from .labclient import slurm
+
+        try:
+            r = slurm(self.dir, *argv, timeout=30, check=False)
+        except Exception as e:  # noqa: BLE001 - the agent keeps going; the event says why
+            self.event("slurm-error", command=" ".join(argv), error=str(e))
+            return None
+        if r.returncode != 0:
+            self.event("slurm-error", command=" ".join(argv), error=r.stderr.strip()[-500:])
+            return None
+        return r.stdout
+
+    # ---- nodes ----------------------------------------------------------------------------
+
+    def state_dir(self, name: str) -> str:
+        return self.nodes[name]["spec"]["state_dir"]
+
+    def running(self, name: str) -> bool:
+        return nodes.node_pid(self.state_dir(name)) is not None
+
+    def _boot(self, name: str, why: str, not_before: float = 0.0) -> None:
+        x = self.nodes[name]
+        try:
+            if self.running(name):
+                return
+            # slurmctld takes a node's registration only if the node booted after the resume
+            # request (boot time = now - uptime, in whole seconds): boot in the next second.
+            while time.time() < not_before:
+                time.sleep(min(0.05, not_before - time.time()))
+            avail = available_mb()
+            if avail is not None and avail - NODE_MB["compute"] < MEMORY_RESERVE_MB:
+                self.event("refused", name, reason=f"{avail} MB of memory available, "
+                           f"{MEMORY_RESERVE_MB} MB kept for jobs")
+                self.slurm("scontrol", "update", f"NodeName={name}", "State=DOWN",
+                           "Reason=ctk: this machine has no memory left for another node")
+                return
+            t0 = time.monotonic()
+            netns.create(self.n, x["host"])
+            nodes.boot(nodes.NodeSpec.from_dict(x["spec"]))
+            if x.get("flex"):
+                self.up_since[name] = time.monotonic()
+            self.event("booted", name, why=why, seconds=round(time.monotonic() - t0, 2))
+        except Exception as e:  # noqa: BLE001 - Slurm's ResumeTimeout then marks the node DOWN
+            self.event("boot-failed", name, error=str(e)[-1000:])
+        finally:
+            with self.lock:
+                self.busy.discard(name)
+
+    def _stop(self, name: str, why: str) -> None:
+        try:
+            t0 = time.monotonic()
+            was = nodes.stop(self.state_dir(name))
+            netns.remove(self.n, self.nodes[name]["host"])
+            self.up_since.pop(name, None)
+            if was:
+                self.event("stopped", name, why=why, seconds=round(time.monotonic() - t0, 2))
+        finally:
+            with self.lock:
+                self.busy.discard(name)
+
+    def _take_back(self, name: str, by: str) -> None:
+        """The end of a preemption's notice (or of a flex-start node's run): Slurm requeues the
+        node's jobs, the node's processes get SIGTERM, the node goes down."""
+        x = self.nodes[name]
+        try:
+            jobs = (self.slurm("squeue", "-h", "-w", name, "-o", "%i") or "").split()
+            self.event("sigterm", name, by=by, jobs=jobs)
+            self.slurm("scontrol", "update", f"NodeName={name}", "State=DOWN", f"Reason=ctk: {by}")
+            t0 = time.monotonic()
+            nodes.stop(self.state_dir(name))
+            netns.remove(self.n, x["host"])
+            self.up_since.pop(name, None)
+            self.event("down", name, by=by, seconds=round(time.monotonic() - t0, 2))
+            if x["dynamic"]:  # powered down: idle again (idle_on_node_suspend), for the next job
+                self.slurm("scontrol", "update", f"NodeName={name}", "State=POWER_DOWN_FORCE",
+                           f"Reason=ctk: {by}")
+            else:  # a static node comes back, as slurm-gcp restarts it
+                netns.create(self.n, x["host"])
+                nodes.boot(nodes.NodeSpec.from_dict(x["spec"]))
+                self.event("booted", name, why=f"static node back after {by}")
+        except Exception as e:  # noqa: BLE001 - recorded; the agent keeps going
+            self.event("error", name, during=by, error=str(e)[-1000:])
+        finally:
+            with self.lock:
+                self.busy.discard(name)
+
+    def submit(self, name: str, fn, *args) -> bool:
+        with self.lock:
+            if name in self.busy:
+                return False
+            self.busy.add(name)
+        self.pool.submit(fn, name, *args)
+        return True
+
+    # ---- requests ------------------------------------------------------------------------
+
+    def handle(self, line: str, sent: float = 0.0) -> None:
+        """One request line; SENT: when it was made (the epoch seconds of its file name)."""
+        words = line.split()
+        if len(words) < 2:
+            return
+        op, names = words[0], [n for n in expand(words[1]) if n in self.nodes]
+        opts = dict(w.split("=", 1) for w in words[2:] if "=" in w)
+        now = time.monotonic()
+        for name in names:
+            if op == "resume":
+                if self.nodes[name].get("flex") and self.flex_delay > 0:
+                    self.capacity_at[name] = now + self.flex_delay
+                    self.event("waiting-for-capacity", name, seconds=self.flex_delay)
+                else:
+                    self.submit(name, self._boot, "resume", int(sent) + 1)
+            elif op == "suspend":
+                self.capacity_at.pop(name, None)
+                self.notices.pop(name, None)
+                if self.running(name):
+                    self.submit(name, self._stop, "suspend")
+            elif op == "preempt":
+                if not self.running(name) or name in self.notices:
+                    continue
+                notice = float(opts.get("notice", self.notice))
+                self.notices[name] = (now + notice, opts.get("by", "ctk preempt"))
+                self._mark_preempted(name)
+                self.event("notice", name, by=opts.get("by", "ctk preempt"), seconds=notice)
+
+    def _mark_preempted(self, name: str) -> None:
+        """The node's own view of its notice: /run/ctk/preempted (the metadata server's
+        instance/preempted) says TRUE."""
+        pid = nodes.node_pid(self.state_dir(name))
+        if pid is None:
+            return
+        try:
+            d = f"/proc/{pid}/root/run/ctk"
+            os.makedirs(d, exist_ok=True)
+            with open(os.path.join(d, "preempted"), "w") as f:
+                f.write("TRUE\n")
+        except OSError:
+            pass
+
+    def _next_chaos(self, now: float) -> float | None:
+        return now + self.rng.expovariate(1 / self.chaos) if self.chaos > 0 else None
+
+    def tick(self) -> None:
+        try:
+            names = sorted(f for f in os.listdir(self.requests) if not f.startswith("."))
+        except FileNotFoundError:
+            names = []
+        for f in names:
+            path = os.path.join(self.requests, f)
+            try:
+                with open(path) as fh:
+                    text = fh.read()
+                os.unlink(path)
+            except OSError:
+                continue
+            try:
+                sent = float(".".join(f.split(".")[:2]))
+            except ValueError:
+                sent = time.time()
+            for line in text.splitlines():
+                self.handle(line, sent)
+        now = time.monotonic()
+        for name, at in list(self.capacity_at.items()):
+            if at <= now and self.submit(name, self._boot, "flex-start capacity arrived"):
+                del self.capacity_at[name]
+        for name, (at, by) in list(self.notices.items()):
+            if at <= now and self.submit(name, self._take_back, by):
+                del self.notices[name]
+        for name, since in list(self.up_since.items()):
+            run = self.flex_run or self.nodes[name].get("flex")
+            if run and now - since >= run and name not in self.notices:
+                if self.submit(name, self._take_back, f"flex-start max_run_duration ({run} s)"):
+                    self.up_since.pop(name, None)
+        if self.next_chaos is not None and now >= self.next_chaos:
+            self.next_chaos = self._next_chaos(now)
+            with self.lock:
+                busy = set(self.busy)
+            spot = [n for n, x in self.nodes.items()
+                    if x.get("spot") and n not in busy and n not in self.notices and self.running(n)]
+            if spot:
+                victim = self.rng.choice(sorted(spot))
+                self.handle(f"preempt {victim} by=chaos")
+            else:
+                self.event("chaos-idle", reason="no powered-up Spot node")
+
+    def run(self) -> int:
+        def on_term(signum, frame):
+            self.stopping = True
+
+        signal.signal(signal.SIGTERM, on_term)
+        signal.signal(signal.SIGINT, on_term)
+        os.makedirs(self.requests, exist_ok=True)
+        tmp = os.path.join(self.power, "agent.pid.tmp")
+        with open(tmp, "w") as f:
+            f.write(str(os.getpid()))
+        os.replace(tmp, os.path.join(self.power, "agent.pid"))
+        self.event("agent-started", nodes=len(self.nodes))
+        while not self.stopping:
+            self.tick()
+            time.sleep(POLL)
+        self.pool.shutdown(wait=True)
+        self.event("agent-stopped")
+        return 0
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        sys.stderr.write("usage: python -m ctk.targets.labagent LAB/power/agent.json\n")
+        return 2
+    return Agent(argv[0]).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
