@@ -12,11 +12,10 @@ lab's nodes do. It reads requests, one file each, from LAB/power/requests/:
     preempt HOSTLIST [notice=SECONDS] [by=WHO]
                        `ctk preempt`: a Spot node's preemption, as Google Cloud does it. The
                        notice starts (the node's /run/ctk/preempted says TRUE, as the metadata
-                       server's `preempted` does); when it ends the node is marked DOWN in Slurm
-                       (which requeues its jobs and sends them SIGTERM) and every process of
-                       the node gets SIGTERM, then SIGKILL 10 s later. A dynamic node is then
-                       powered down (POWER_DOWN_FORCE), so that the next job powers it up again;
-                       a static one boots again, as slurm-gcp restarts preempted static nodes.
+                       server's `preempted` does); when it ends Slurm powers the node down by
+                       force (POWER_DOWN_FORCE: its jobs are requeued and get SIGTERM) and every
+                       process of the node gets SIGTERM, then SIGKILL 10 s later. The next job
+                       that needs the node powers it up again.
 
 It also takes back flex-start nodes at their max_run_duration, and with chaos_interval set,
 preempts a random powered-up Spot node at exponentially distributed intervals of that mean.
@@ -195,24 +194,23 @@ class Agent:
 
     def _take_back(self, name: str, by: str) -> None:
         """The end of a preemption's notice (or of a flex-start node's run): Slurm requeues the
-        node's jobs, the node's processes get SIGTERM, the node goes down."""
+        node's jobs (POWER_DOWN_FORCE: its jobs are killed and requeued, the node is taken out
+        of service and powered down), every process of the node gets SIGTERM, and it goes
+        down. Powered down, it is idle again once SuspendTimeout has passed, and the next job
+        that needs it powers it up, static or dynamic."""
         x = self.nodes[name]
         try:
             jobs = (self.slurm("squeue", "-h", "-w", name, "-o", "%i") or "").split()
             self.event("sigterm", name, by=by, jobs=jobs)
-            self.slurm("scontrol", "update", f"NodeName={name}", "State=DOWN", f"Reason=ctk: {by}")
+            self.slurm("scontrol", "update", f"NodeName={name}", "State=POWER_DOWN_FORCE", f"Reason=ctk: {by}")
             t0 = time.monotonic()
             nodes.stop(self.state_dir(name))
             netns.remove(self.n, x["host"])
             self.up_since.pop(name, None)
+            # DOWN as well: slurmctld stops waiting for the gone node to end its jobs (they
+            # would be COMPLETING until it gave up on the node), and requeues them now.
+            self.slurm("scontrol", "update", f"NodeName={name}", "State=DOWN", f"Reason=ctk: {by}")
             self.event("down", name, by=by, seconds=round(time.monotonic() - t0, 2))
-            if x["dynamic"]:  # powered down: idle again (idle_on_node_suspend), for the next job
-                self.slurm("scontrol", "update", f"NodeName={name}", "State=POWER_DOWN_FORCE",
-                           f"Reason=ctk: {by}")
-            else:  # a static node comes back, as slurm-gcp restarts it
-                netns.create(self.n, x["host"])
-                nodes.boot(nodes.NodeSpec.from_dict(x["spec"]))
-                self.event("booted", name, why=f"static node back after {by}")
         except Exception as e:  # noqa: BLE001 - recorded; the agent keeps going
             self.event("error", name, during=by, error=str(e)[-1000:])
         finally:
