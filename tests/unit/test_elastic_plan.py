@@ -463,3 +463,89 @@ def test_exit_2_through_create_too(tmp_path, capsys):
     assert f"{bp}:{at(bp, 'suspend_time: -2', '-2')}: error: partition 'dynamic': suspend_time must be >= -1" in err
     assert not (tmp_path / "out").exists()
 
+
+# ---- the gcp hand-off ---------------------------------------------------------------------------
+
+def gcp_variant(tmp_path) -> str:
+    from test_gcp_target import GCP_JAX
+
+    text = open(GCP_JAX).read()
+    for old, new in (
+        ("      machine_type: c2-standard-8\n      node_count_dynamic_max: 4\n",
+         "      machine_type: c2-standard-8\n      node_count_dynamic_max: 4\n      enable_spot_vm: true\n"),
+        ("      machine_type: a3-megagpu-8g\n      node_count_dynamic_max: 2\n",
+         "      machine_type: a3-megagpu-8g\n      node_count_dynamic_max: 2\n"
+         "      dws_flex: {enabled: true, max_run_duration: 3600, use_job_duration: true}\n"),
+        ("      partition_name: cpu\n",
+         "      partition_name: cpu\n      suspend_time: 60\n      resume_timeout: 600\n      suspend_timeout: 100\n"),
+        ('      max_time: "2-00:00:00"\n', '      max_time: "2-00:00:00"\n      partition_conf: {ResumeTimeout: 900}\n'),
+        ("    use: [cpu_image, cpu_partition, a3mega_partition, login]\n    settings:\n",
+         "    use: [cpu_image, cpu_partition, a3mega_partition, login]\n    settings:\n"
+         "      cloud_parameters: {resume_timeout: 600, suspend_rate: 5}\n"),
+    ):
+        assert old in text, old
+        text = text.replace(old, new, 1)
+    p = tmp_path / "gcp.yaml"
+    p.write_text(text)
+    return str(p)
+
+
+def handed_off(tmp_path, capsys, bp: str, *args: str):
+    """The modules of the deployment folder's gcp/blueprint.yaml by id, and its path."""
+    import yaml
+
+    out = tmp_path / "dep"
+    assert main(["create", bp, "-o", str(out), *args]) == 0, capsys.readouterr().err
+    gcp = yaml.safe_load((out / "gcp" / "blueprint.yaml").read_text())
+    return {m["id"]: m for g in gcp["deployment_groups"] for m in g["modules"]}, out / "gcp" / "blueprint.yaml"
+
+
+def test_the_gcp_hand_off_passes_the_settings_through(tmp_path, capsys):
+    mods, path = handed_off(tmp_path, capsys, gcp_variant(tmp_path), "--vars", "project_id=demo")
+    assert mods["cpu_nodeset"]["settings"]["enable_spot_vm"] is True
+    assert "dws_flex" not in mods["cpu_nodeset"]["settings"]
+    assert mods["a3mega_nodeset"]["settings"]["dws_flex"] == {"enabled": True, "max_run_duration": 3600,
+                                                              "use_job_duration": True}
+    assert "enable_spot_vm" not in mods["a3mega_nodeset"]["settings"]
+    cpu = mods["cpu_partition"]["settings"]
+    assert (cpu["suspend_time"], cpu["resume_timeout"], cpu["suspend_timeout"]) == (60, 600, 100)
+    assert "partition_conf" not in cpu  # the timeouts are settings, not PartitionName parameters twice
+    a3 = mods["a3mega_partition"]["settings"]
+    assert a3["partition_conf"] == {"ResumeTimeout": "900", "MaxTime": "2-00:00:00"}
+    assert not {"suspend_time", "resume_timeout", "suspend_timeout"} & set(a3)
+    assert mods["controller"]["settings"]["cloud_parameters"] == {"resume_timeout": 600, "suspend_rate": 5}
+    # Cluster Toolkit's modules take them, and plan them back into the same model.
+    capsys.readouterr()
+    assert main(["validate", str(path), "--vars", "project_id=demo"]) == 0, capsys.readouterr().err
+    dep = process(str(path), ["project_id=demo"]).deployment
+    assert [(ns.name, ns.spot, ns.flex_max_run_duration) for ns in dep.nodesets] == \
+        [("cpunodeset", True, None), ("a3meganodeset", False, 3600)]
+    assert [(p.name, p.suspend_time, p.conf) for p in dep.partitions] == [
+        ("cpu", 60, {"ResumeTimeout": 600, "SuspendTimeout": 100}),
+        ("a3mega", 300, {"ResumeTimeout": "900"})]
+    assert (dep.controller.resume_timeout, dep.controller.suspend_rate) == (600, 5)
+
+
+def test_the_defaults_are_not_handed_off(tmp_path, capsys):
+    from test_gcp_target import GCP_JAX
+
+    mods, _ = handed_off(tmp_path, capsys, GCP_JAX, "--vars", "project_id=demo")
+    for mid in ("cpu_nodeset", "a3mega_nodeset", "cpu_partition", "a3mega_partition", "controller"):
+        assert not {"enable_spot_vm", "dws_flex", "suspend_time", "resume_timeout", "suspend_timeout",
+                    "cloud_parameters"} & set(mods[mid]["settings"]), mid
+
+
+@pytest.mark.ct_fixtures
+def test_a_kept_cluster_toolkit_blueprint_leaves_out_the_labs_module(tmp_path, capsys):
+    import yaml
+
+    from conftest import FIXTURES
+
+    bp = yaml.safe_load(open(f"{FIXTURES}/examples/image-builder.yaml"))
+    bp["deployment_groups"][-1]["modules"].append(
+        {"id": "lab", "source": "ctk/target/local", "settings": {"flex_start_delay": 10}})
+    p = tmp_path / "ib.yaml"
+    p.write_text(yaml.safe_dump(bp, sort_keys=False))
+    mods, _ = handed_off(tmp_path, capsys, str(p), "--vars", "project_id=demo-project,deployment_name=demo")
+    assert "lab" not in mods and all(m["source"] != "ctk/target/local" for m in mods.values())
+
