@@ -549,3 +549,28 @@ def test_a_kept_cluster_toolkit_blueprint_leaves_out_the_labs_module(tmp_path, c
     mods, _ = handed_off(tmp_path, capsys, str(p), "--vars", "project_id=demo-project,deployment_name=demo")
     assert "lab" not in mods and all(m["source"] != "ctk/target/local" for m in mods.values())
 
+
+# ---- ctk show -----------------------------------------------------------------------------------
+
+def show(path: str, capsys, *args: str) -> str:
+    capsys.readouterr()
+    assert main(["show", path, *args]) == 0
+    return capsys.readouterr().out
+
+
+def test_show_lists_the_capacity_and_the_labs_settings(tmp_path, capsys):
+    out = show(ctk_bp(tmp_path, dyn="      enable_spot_vm: true\n",
+                      tail=lab("      chaos_interval: 90\n      chaos_seed: 3\n      preemption_notice: 10\n")),
+               capsys)
+    rows = {ln.split()[0]: ln for ln in out.splitlines() if ln.startswith(("dyn ", "flex "))}
+    assert "CAPACITY" in out and " spot " in rows["dyn"] and "flex-start (max run 600 s)" in rows["flex"]
+    assert "Lab: preemptions a Spot preemption every 90 s on average (seed 3); preemption notice 10 s; " \
+           "flex-start capacity after 30 s" in out
+
+
+def test_show_without_spot_flex_or_lab_module_is_unchanged(tmp_path, capsys):
+    out = show(ctk_bp(tmp_path, flex=""), capsys)
+    assert "CAPACITY" not in out and "Lab:" not in out
+    # The lab's settings are the local target's: not listed for another.
+    out = show(ctk_bp(tmp_path, tail=lab("      chaos_interval: 5\n")), capsys, "--target", "gcp")
+    assert "Lab:" not in out
