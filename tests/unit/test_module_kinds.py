@@ -53,7 +53,7 @@ def test_all_kinds_keyed_by_source():
     for source, kind in ALL_KINDS.items():
         assert kind.source == source
         assert kind.role in ("nodeset", "nodeset-tpu", "partition", "controller", "login", "image",
-                             "shared-fs", "startup-script", "target", "gcp-target", "")
+                             "shared-fs", "startup-script", "target", "gcp-target", "local-target", "")
         assert len(set(kind.input_names)) == len(kind.input_names), source
         if kind.role == "":
             # kept, not deployed: outputs, and either every input (the vpc) or none (open_inputs)

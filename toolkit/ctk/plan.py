@@ -4,6 +4,7 @@ is handed in; no other I/O)."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 from typing import Any
@@ -11,10 +12,10 @@ from typing import Any
 from .blueprint.errors import BlueprintError, Collector, did_you_mean
 from .blueprint.expand import Expanded, ExpandedModule
 from .blueprint.expression import CannotEvaluate, Deferred, is_deferred
-from .model import (BASES, BASE_PYTHON, DEFAULT_BASE, Controller, Deployment, ImageSpec, Login, Nodeset,
-                     Partition, SharedFs, SshHost, Unsupported, base_python)
-from .modules import is_remote
-from .modules.ctk_kinds import SERVICE_MANAGERS, SSH_HOST_KEYS, SSH_ROLES
+from .model import (BASES, BASE_PYTHON, DEFAULT_BASE, Controller, Deployment, ImageSpec, LabSettings, Login,
+                     Nodeset, Partition, SharedFs, SshHost, Unsupported, base_python)
+from .modules import ctk_kinds, is_remote
+from .modules.ctk_kinds import CLOUD_PARAMETERS_KEYS, DWS_FLEX_KEYS, SERVICE_MANAGERS, SSH_HOST_KEYS, SSH_ROLES
 from .modules import slurm_gcp
 from .modules.machines import accelerator_gpu, known_machine_types, known_series, lookup_machine, lookup_tpu
 from .stacks import Stack, load_stacks, newest_for, python_tuple
@@ -72,6 +73,63 @@ def _dict(v) -> dict[str, Any]:
     return {}
 
 
+def _num(v) -> int | float | None:
+    """A number setting's value (a numeric string too, as validate accepts one), whole numbers as
+    ints; None: unset, deferred or not a number."""
+    if v is None or isinstance(v, bool) or is_deferred(v):
+        return None
+    if isinstance(v, str):
+        try:
+            v = float(v)
+        except ValueError:
+            return None
+    if not isinstance(v, (int, float)) or not math.isfinite(v):
+        return None
+    return int(v) if isinstance(v, float) and v.is_integer() else v
+
+
+def _setting_pos(exp: Expanded, em: ExpandedModule, name: str, *keys: str, key: bool = False):
+    """Where a module's setting (or a key inside it, KEY: the key itself) was said: the
+    setting, else the var it came from, else the module's id."""
+    if name in em.explicit:
+        doc, path = exp.blueprint.doc, em.module.path + ("settings", name)
+    elif name in em.from_vars and name in exp.var_sources:
+        src = exp.var_sources[name]
+        doc, path = src.doc, src.path
+    else:
+        return exp.blueprint.doc.pos(em.module.path + ("id",))
+    return doc.key_pos(path + keys) if key else doc.pos(path + keys)
+
+
+def _object(exp: Expanded, em: ExpandedModule, name: str, keys: dict[str, str], c: Collector) -> dict[str, Any]:
+    """The keys of an object setting ctk reads (KEYS: name -> bool or number), checked; null and
+    deferred ones are left out (the default; Terraform's to compute). On ctk's own kinds, which
+    declare every input, an unknown key is an error (ctk would ignore it); on Cluster Toolkit's
+    the others are Cluster Toolkit's own."""
+    v = em.get(name)
+    if not isinstance(v, dict):
+        return {}
+    strict = em.module.source in ctk_kinds.KINDS
+    out: dict[str, Any] = {}
+    for k, x in v.items():
+        want = keys.get(k)
+        if want is None:
+            if strict:
+                c.add(f"setting '{name}' of module '{em.id}' has no key '{k}'",
+                      _setting_pos(exp, em, name, k, key=True),
+                      did_you_mean(str(k), list(keys)) or "keys: " + ", ".join(keys))
+            continue
+        if x is None or is_deferred(x):
+            continue
+        got = x if want == "bool" and isinstance(x, bool) else _num(x) if want == "number" else None
+        if got is None:
+            c.add(f"{name}.{k} of module '{em.id}' must be a {want}, found {type(x).__name__} {x!r}",
+                  _setting_pos(exp, em, name, k))
+            continue
+        out[k] = got
+    return out
+
+
 def plan(exp: Expanded, c: Collector, stacks: dict[str, Stack] | None = None) -> Deployment:
     """The Deployment a valid expanded blueprint describes; its errors go to c. `stacks` is the
     stacks catalog images pick their stacks from (None: read ctk's)."""
@@ -91,6 +149,7 @@ def plan(exp: Expanded, c: Collector, stacks: dict[str, Stack] | None = None) ->
         if role in ("nodeset", "nodeset-tpu"):
             ns = _nodeset(em, cluster, c, doc, images)
             if ns:
+                _capacity(exp, em, ns, c)
                 by_id[em.id] = ns
                 dep.nodesets.append(ns)
         elif role == "image":
@@ -100,7 +159,7 @@ def plan(exp: Expanded, c: Collector, stacks: dict[str, Stack] | None = None) ->
             if mount:
                 dep.shared_fs.append(SharedFs(em.id, mount, _str(em.get("remote_mount"), "") or "",
                                               _fs_type(src, em), src))
-        elif role in ("partition", "controller", "login", "target", "gcp-target"):
+        elif role in ("partition", "controller", "login", "target", "gcp-target", "local-target"):
             pass  # below, once every nodeset is known
         elif role == "startup-script":
             dep.unsupported.append(Unsupported(em.id, src, em.module.group,
@@ -121,7 +180,7 @@ def plan(exp: Expanded, c: Collector, stacks: dict[str, Stack] | None = None) ->
     for em in exp.modules:
         role = em.schema.role if em.schema else None
         if role == "partition":
-            dep.partitions.append(_partition(em, by_id, c, doc))
+            dep.partitions.append(_partition(exp, em, by_id, c))
         elif role == "login":
             prefix = re.sub(r"[^a-z0-9-]", "", (_str(em.get("name_prefix"), "login") or "login").lower()) or "login"
             dep.logins.append(Login(em.id, f"{cluster}-{prefix}", _str(em.get("machine_type"), "n2-standard-2"),
@@ -135,6 +194,7 @@ def plan(exp: Expanded, c: Collector, stacks: dict[str, Stack] | None = None) ->
                                         f"{cluster}-controller", _image_of(em, images),
                                         _dict(em.get("slurm_conf")), em.get("enable_slurm_auth") is True,
                                         em.get("accounting") is not False)
+            _power_saving(exp, em, dep.controller, c)
             if dep.controller.slurm_auth:
                 auth_em = em
     stacks = load_stacks() if stacks is None else stacks
@@ -146,6 +206,7 @@ def plan(exp: Expanded, c: Collector, stacks: dict[str, Stack] | None = None) ->
     if dep.controller is not None and dep.controller.slurm_auth:
         _check_slurm_auth(auth_em, dep, c, doc)
     _ssh_target(exp, dep, c, doc)
+    _local_target(exp, dep, c, doc)
     _uncomputed(exp, c)
 
     defaults = [p for p in dep.partitions if p.is_default]
@@ -470,7 +531,7 @@ def _nodeset(em: ExpandedModule, cluster: str, c: Collector, doc, images=None) -
                    gpu_count=gpu_count, network=network, **common)
 
 
-def _partition(em: ExpandedModule, by_id: dict[str, Nodeset], c: Collector, doc) -> Partition:
+def _partition(exp: Expanded, em: ExpandedModule, by_id: dict[str, Nodeset], c: Collector) -> Partition:
     nodesets: list[str] = []
     for setting in ("nodeset", "nodeset_tpu", "nodeset_dyn"):
         for mid in em.modules_feeding(setting):
@@ -479,16 +540,80 @@ def _partition(em: ExpandedModule, by_id: dict[str, Nodeset], c: Collector, doc)
     conf = _dict(em.get("partition_conf"))
     max_time = conf.pop("MaxTime", None) or em.get("max_time")
     over = conf.pop("OverSubscribe", None) or em.get("oversubscribe")
+    name = _str(em.get("partition_name"), em.id) or em.id
     for key, slurm_key in (("resume_timeout", "ResumeTimeout"), ("suspend_timeout", "SuspendTimeout")):
         v = em.setting(key)
-        if v is not None and not is_deferred(v) and slurm_key not in conf:
+        if v is None or is_deferred(v):
+            continue
+        n = _num(v)
+        # Cluster Toolkit's rule; Slurm keeps a partition's timeouts in 16 bits.
+        if n is not None and not 0 < n < 65536:
+            c.add(f"partition '{name}': {key} must be > 0 and < 65536 seconds, found {v!r}",
+                  _setting_pos(exp, em, key), f"Slurm's {slurm_key}; null leaves it to the controller's")
+        if slurm_key not in conf:
             conf[slurm_key] = v
-    name = _str(em.get("partition_name"), em.id) or em.id
+    # partition_conf's SuspendTime wins over suspend_time, as Cluster Toolkit merges them; the model
+    # keeps it in Partition.suspend_time alone (as MaxTime in max_time).
+    suspend = em.get("suspend_time")
+    suspend_time, where = _num(suspend), _setting_pos(exp, em, "suspend_time")
+    if "SuspendTime" in conf:
+        v = conf["SuspendTime"]
+        n = -1 if isinstance(v, str) and v.strip().upper() == "INFINITE" else _num(v)
+        if n is not None:
+            del conf["SuspendTime"]
+            suspend, suspend_time, where = v, n, _setting_pos(exp, em, "partition_conf", "SuspendTime")
+    if suspend_time is not None and suspend_time < -1:
+        c.add(f"partition '{name}': suspend_time must be >= -1, found {suspend!r}", where,
+              "idle seconds before a node is powered down; -1: never")
+        suspend_time = None
     exclusive = em.get("exclusive", True)
     return Partition(name=name, module_id=em.id, nodesets=nodesets,
                      is_default=em.get("is_default") is True,
                      exclusive=exclusive is not False and not isinstance(exclusive, Deferred),
-                     max_time=_str(max_time), oversubscribe=_str(over), conf=conf)
+                     max_time=_str(max_time), oversubscribe=_str(over), conf=conf,
+                     suspend_time=300 if suspend_time is None else int(suspend_time))
+
+
+def _capacity(exp: Expanded, em: ExpandedModule, ns: Nodeset, c: Collector) -> None:
+    """A nodeset's flex-start capacity (dws_flex), checked as Cluster Toolkit's nodeset checks it:
+    max_run_duration within 600-604800 s, and not with Spot VMs."""
+    if em.schema.input("dws_flex") is None:  # TPU and dynamic nodesets have none
+        return
+    raw = em.get("dws_flex")
+    if not isinstance(raw, dict):
+        return
+    flex = _object(exp, em, "dws_flex", DWS_FLEX_KEYS, c)
+    duration = flex.get("max_run_duration", 604800)  # Cluster Toolkit's default: one week
+    if not 600 <= duration <= 604800:  # checked enabled or not, as Cluster Toolkit's validation does
+        c.add(f"nodeset '{ns.name}': dws_flex.max_run_duration must be 600 to 604800 seconds, found {duration:g}",
+              _setting_pos(exp, em, "dws_flex", "max_run_duration"),
+              "at least 10 minutes, at most one week (Cluster Toolkit's rule)")
+        return
+    # enabled is optional(bool, true) in Cluster Toolkit: a dws_flex object without it is enabled.
+    if raw.get("enabled") is not None and flex.get("enabled") is not True:
+        return  # false, deferred, or not a bool (reported)
+    if em.get("enable_spot_vm") is True:
+        c.add(f"nodeset '{ns.name}': flex-start (dws_flex) and Spot VMs (enable_spot_vm) cannot be combined",
+              _setting_pos(exp, em, "enable_spot_vm"),
+              "use one or the other: enable_spot_vm: false, or dws_flex: {enabled: false} "
+              "(Cluster Toolkit's nodeset refuses both)")
+        return
+    ns.flex_max_run_duration = int(duration)
+
+
+def _power_saving(exp: Expanded, em: ExpandedModule, ctl: Controller, c: Collector) -> None:
+    """The controller's power-saving timeouts and rates (cloud_parameters); null and missing keys
+    keep slurm-gcp's defaults."""
+    params = _object(exp, em, "cloud_parameters", CLOUD_PARAMETERS_KEYS, c)
+    for k, n in params.items():
+        # Slurm keeps them in 16 bits; a timeout of 0 would give up on every node at once.
+        low = 1 if k.endswith("timeout") else 0
+        if not low <= n < 65536:
+            c.add(f"cloud_parameters.{k} of the controller must be {low} to 65535, found {n:g}",
+                  _setting_pos(exp, em, "cloud_parameters", k),
+                  "seconds" if k.endswith("timeout") else "nodes per minute; 0: no limit")
+            continue
+        setattr(ctl, k, int(n))
 
 
 def _target_module(exp: Expanded, role: str, what: str, hint: str, c: Collector, doc) -> ExpandedModule | None:
@@ -498,6 +623,85 @@ def _target_module(exp: Expanded, role: str, what: str, hint: str, c: Collector,
         c.add(f"a blueprint has one {what} target module", doc.pos(extra.module.path + ("id",)),
               f"'{targets[0].id}' {hint}")
     return targets[0] if targets else None
+
+
+# ---- the local target (the lab) -------------------------------------------------------------
+
+_LAB_NUMBERS = ("chaos_interval", "preemption_notice", "flex_start_delay")
+
+
+def _local_target(exp: Expanded, dep: Deployment, c: Collector, doc) -> None:
+    """A ctk/target/local module: the lab's rehearsal settings (Deployment.lab). The cluster
+    stays on the local target, so the module cannot share a blueprint with another target's."""
+    em = _target_module(exp, "local-target", "local", "already holds the lab's settings", c, doc)
+    if em is not None:
+        other = next((m for m in exp.modules if m.schema and m.schema.role in ("target", "gcp-target")), None)
+        if other is not None:
+            first, second = sorted((em, other), key=exp.modules.index)
+            kind = "an ssh" if other.schema.role == "target" else "a gcp"
+            c.add(f"a blueprint goes to one target: it has both a local and {kind} target module",
+                  doc.pos(second.module.path + ("id",)), f"remove '{second.id}' or '{first.id}'")
+            return
+        lab = LabSettings()
+        for name in (*_LAB_NUMBERS, "chaos_seed"):
+            v = em.get(name)
+            n = _num(v)
+            if n is None:
+                continue  # unset or deferred (a wrong type was reported by validate)
+            if n < 0 or (name == "chaos_seed" and not isinstance(n, int)):
+                c.add(f"setting '{name}' of module '{em.id}' must be a {'whole ' if name == 'chaos_seed' else ''}"
+                      f"number >= 0, found {v!r}",
+                      _setting_pos(exp, em, name), em.schema.input(name).doc)
+                continue
+            setattr(lab, name, n if name == "chaos_seed" else float(n))
+        dep.lab = lab
+    if dep.target == "local":
+        _flex_start_delay(exp, dep, em, c)
+
+
+def _resume_timeout(exp: Expanded, dep: Deployment, p: Partition):
+    """A partition's ResumeTimeout on the lab, where it was said, and whether it is the
+    partition's own (partition_conf or resume_timeout) rather than the controller's (whose
+    place is None when it is the default)."""
+    pem = exp.module(p.module_id)
+    n = _num(p.conf.get("ResumeTimeout"))
+    if n is not None:
+        conf = pem.get("partition_conf")
+        if isinstance(conf, dict) and "ResumeTimeout" in conf:
+            return n, _setting_pos(exp, pem, "partition_conf", "ResumeTimeout"), True
+        return n, _setting_pos(exp, pem, "resume_timeout"), True
+    ctl = dep.controller
+    cem = exp.module(ctl.module_id) if ctl and ctl.module_id else None
+    params = cem.get("cloud_parameters") if cem else None
+    where = (_setting_pos(exp, cem, "cloud_parameters", "resume_timeout")
+             if isinstance(params, dict) and params.get("resume_timeout") is not None else None)
+    return (ctl.resume_timeout if ctl else Controller.resume_timeout), where, False
+
+
+def _flex_start_delay(exp: Expanded, dep: Deployment, em: ExpandedModule | None, c: Collector) -> None:
+    """On the lab a flex-start nodeset's resumed nodes wait flex_start_delay for their capacity:
+    that must stay below their partitions' ResumeTimeout, or Slurm marks them DOWN first. The
+    error is at the partition's own timeout where it has one, else at flex_start_delay."""
+    delay = dep.lab.flex_start_delay
+    set_delay = em is not None and ("flex_start_delay" in em.explicit or "flex_start_delay" in em.from_vars)
+    for ns in dep.nodesets:
+        if ns.flex_max_run_duration is None:
+            continue
+        for p in dep.partitions:
+            if ns.name not in p.nodesets:
+                continue
+            timeout, where, own = _resume_timeout(exp, dep, p)
+            if delay < timeout:
+                continue
+            if not own and set_delay:
+                where = _setting_pos(exp, em, "flex_start_delay")
+            if where is None:
+                where = exp.blueprint.doc.pos(exp.module(ns.module_id).module.path + ("id",))
+            c.add(f"flex-start nodeset '{ns.name}' waits {delay:g} s for capacity on the lab (flex_start_delay), "
+                  f"not less than partition '{p.name}''s ResumeTimeout of {timeout:g} s: Slurm would mark its "
+                  "nodes DOWN before the capacity arrives",
+                  where, f"lower flex_start_delay{f' in {em.id!r}' if em else ' (a ctk/target/local module)'} "
+                         f"below {timeout:g}, or raise the partition's resume_timeout")
 
 
 # ---- the gcp target ------------------------------------------------------------------------

@@ -66,13 +66,15 @@ def expand(args) -> int:
 
 
 def show(args) -> int:
-    dep = BlueprintRef.of(args).process().deployment
+    exp = BlueprintRef.of(args).process()
+    dep = exp.deployment
     if args.json:
         print(json.dumps(dep.to_dict(), indent=2))
     else:
         from ..render.report import show as report
 
-        sys.stdout.write(report(dep, args.target or dep.target))
+        lab = any(em.schema and em.schema.role == "local-target" for em in exp.modules)
+        sys.stdout.write(report(dep, args.target or dep.target, lab=lab))
     return EXIT_OK
 
 

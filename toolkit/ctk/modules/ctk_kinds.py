@@ -48,6 +48,11 @@ NODESET = ModuleKind(
             "one per host of the slice; null: machine_type's VMs."),
         _in("gpu_network", "string", None,
             "GPU network transport (tcp, gpudirect-tcpx, gpudirect-tcpxo, rdma); null: from the machine type."),
+        _in("enable_spot_vm", "bool", False, "Spot VMs: cheaper, and taken back at 30 s notice (preempted)."),
+        _in("dws_flex", "object", {"enabled": False},
+            "Flex-start capacity (Dynamic Workload Scheduler), as Cluster Toolkit's nodeset: {enabled (default "
+            "true when given), max_run_duration (seconds a node may run, 600-604800; default 604800), "
+            "use_job_duration, use_bulk_insert}. Not with enable_spot_vm."),
     ),
     outputs=(Output("nodeset", "The nodeset, for a partition's nodeset input."),),
 )
@@ -64,6 +69,14 @@ PARTITION = ModuleKind(
         _in("max_time", "string", None, "MaxTime, e.g. 'UNLIMITED' or '2-00:00:00'."),
         _in("oversubscribe", "string", None, "OverSubscribe, e.g. 'NO', 'YES:4'."),
         _in("partition_conf", "map(any)", {}, "Extra PartitionName parameters."),
+        _in("suspend_time", "number", 300,
+            "Idle seconds before a dynamic node is powered down (SuspendTime; -1: never)."),
+        _in("resume_timeout", "number", None,
+            "Seconds a resumed node may take to register before Slurm marks it DOWN (ResumeTimeout, 1-65535); "
+            "null: the controller's cloud_parameters (on the gcp target, Cluster Toolkit's 300)."),
+        _in("suspend_timeout", "number", None,
+            "Seconds a suspended node may take to power down (SuspendTimeout, 1-65535); null: the "
+            "controller's cloud_parameters (on the gcp target, Cluster Toolkit's 120)."),
     ),
     outputs=(Output("partitions", "The partition, for the controller's partitions input."),),
 )
@@ -84,6 +97,9 @@ CONTROLLER = ModuleKind(
         _in("accounting", "bool", True,
             "Keep Slurm's accounting: slurmdbd with a MariaDB database on the controller, so sacct and "
             "sreport work. false: none (finished jobs are then known from a job completion log)."),
+        _in("cloud_parameters", "object", {},
+            "Power saving, as Cluster Toolkit's controller: {resume_timeout (default 300), suspend_timeout "
+            "(300), resume_rate, suspend_rate (nodes per minute; 0, the default: no limit)}."),
     ),
     outputs=(),
 )
@@ -155,5 +171,29 @@ GCP_TARGET = ModuleKind(
     outputs=(),
 )
 
+LOCAL_TARGET = ModuleKind(
+    source="ctk/target/local",
+    role="local-target",
+    doc="How the lab (the local target) rehearses a cloud: random preemptions of Spot nodes, their notice, "
+        "and how long flex-start nodes wait for capacity. The cluster stays on the local target.",
+    inputs=(
+        _in("chaos_interval", "number", 0,
+            "Mean seconds between random preemptions of the lab's powered-up Spot nodes; 0: none."),
+        _in("chaos_seed", "number", None, "Random seed of the preemptions; null: a new one each deploy."),
+        _in("preemption_notice", "number", 30,
+            "Seconds between a preemption notice and the SIGTERM of the node's processes (Google Cloud gives 30)."),
+        _in("flex_start_delay", "number", 30,
+            "Seconds a flex-start (dws_flex) nodeset's resumed nodes wait for capacity; below the "
+            "partitions' ResumeTimeout."),
+    ),
+    outputs=(),
+)
+
+# The keys of the object settings ctk's kinds read (as Cluster Toolkit's modules name them).
+DWS_FLEX_KEYS = {"enabled": "bool", "max_run_duration": "number", "use_job_duration": "bool",
+                 "use_bulk_insert": "bool"}
+CLOUD_PARAMETERS_KEYS = {"resume_timeout": "number", "suspend_timeout": "number", "resume_rate": "number",
+                         "suspend_rate": "number"}
+
 KINDS: dict[str, ModuleKind] = {k.source: k for k in (IMAGE, NODESET, PARTITION, CONTROLLER, LOGIN, SHARED_FS,
-                                                      SSH_TARGET, GCP_TARGET)}
+                                                      SSH_TARGET, GCP_TARGET, LOCAL_TARGET)}

@@ -35,7 +35,8 @@ class Output:
 class ModuleKind:
     """A module source ctk knows. `role` says what it becomes in the Deployment model:
     nodeset, nodeset-tpu, partition, controller, login, image, shared-fs, startup-script,
-    target (where the cluster is deployed: ctk/target/ssh),
+    target (where the cluster is deployed: ctk/target/ssh), gcp-target (ctk/target/gcp),
+    local-target (the lab's rehearsal settings: ctk/target/local),
     or "" for a known module ctk keeps but does not deploy (network, filestore, ...)."""
 
     source: str

@@ -29,7 +29,8 @@ import tarfile
 
 from .. import paths
 from ..blueprint.expand import Expanded, plain
-from ..model import Deployment, ImageSpec, Nodeset
+from ..blueprint.expression import is_deferred
+from ..model import Controller, Deployment, ImageSpec, Nodeset, Partition
 from ..modules import lookup, slurm_gcp
 from ..modules.machines import lookup_machine
 from ..stacks import get_stack
@@ -200,7 +201,7 @@ def _booting(dep: Deployment, image: str | None, machine_type: str) -> dict:
             "allow_automatic_updates": False, "disk_type": _boot_disk(machine_type)}
 
 
-def _nodeset(dep: Deployment, ns: Nodeset) -> dict:
+def _nodeset(exp: Expanded, dep: Deployment, ns: Nodeset) -> dict:
     counts = {"node_count_static": ns.node_count_static, "node_count_dynamic_max": ns.node_count_dynamic_max}
     if ns.tpu_type:
         return {"id": ns.module_id, "source": CT_NODESET_TPU, "use": ["network"],
@@ -208,6 +209,9 @@ def _nodeset(dep: Deployment, ns: Nodeset) -> dict:
     settings = {"name": ns.name, **counts, **_booting(dep, ns.image, ns.machine_type)}
     if ns.spot:
         settings["enable_spot_vm"] = True
+    if ns.flex_max_run_duration is not None:  # the ctk nodeset's dws_flex as written (the same keys)
+        em = exp.module(ns.module_id)
+        settings["dws_flex"] = plain(em.get("dws_flex")) if em else {"max_run_duration": ns.flex_max_run_duration}
     conf = dict(ns.node_conf)
     if ns.features:
         conf["Features"] = ",".join(ns.features)
@@ -217,6 +221,27 @@ def _nodeset(dep: Deployment, ns: Nodeset) -> dict:
     if mt is not None and mt.gpu_count and ns.machine_type.split("-", 1)[0] in ("a2", "a3", "a4", "a4x", "g2", "g4"):
         settings["bandwidth_tier"] = "gvnic_enabled"
     return {"id": ns.module_id, "source": CT_NODESET, "use": ["network"], "settings": settings}
+
+
+_CLOUD_PARAMETERS = ("resume_timeout", "suspend_timeout", "resume_rate", "suspend_rate")
+
+
+def _power_settings(exp: Expanded, p: Partition, conf: dict) -> dict:
+    """A partition's suspend_time, resume_timeout and suspend_timeout as Cluster Toolkit's settings of
+    those names, where they are not its defaults. The timeouts the ctk partition set as settings
+    (not in partition_conf) leave CONF."""
+    out: dict = {}
+    if p.suspend_time != Partition.suspend_time:
+        out["suspend_time"] = p.suspend_time
+    em = exp.module(p.module_id)
+    written = em.get("partition_conf") if em else None
+    for key, slurm_key in (("resume_timeout", "ResumeTimeout"), ("suspend_timeout", "SuspendTimeout")):
+        v = em.setting(key) if em else None
+        if v is None or is_deferred(v) or (isinstance(written, dict) and slurm_key in written):
+            continue
+        out[key] = p.conf[slurm_key]
+        conf.pop(slurm_key, None)
+    return out
 
 
 def native_blueprint(exp: Expanded, dep: Deployment, pinned: dict[str, str] | None = None) -> dict:
@@ -252,7 +277,7 @@ def native_blueprint(exp: Expanded, dep: Deployment, pinned: dict[str, str] | No
                 "state_timeout": "30m",
             }}]})
 
-    cluster = [_nodeset(dep, ns) for ns in dep.nodesets]
+    cluster = [_nodeset(exp, dep, ns) for ns in dep.nodesets]
     by_name = {ns.name: ns.module_id for ns in dep.nodesets}
     for p in dep.partitions:
         conf = {k: str(v) for k, v in p.conf.items()}
@@ -260,7 +285,8 @@ def native_blueprint(exp: Expanded, dep: Deployment, pinned: dict[str, str] | No
             conf["MaxTime"] = p.max_time
         if p.oversubscribe:
             conf["OverSubscribe"] = p.oversubscribe
-        settings: dict = {"partition_name": p.name, "is_default": p.is_default, "exclusive": p.exclusive}
+        settings: dict = {"partition_name": p.name, "is_default": p.is_default, "exclusive": p.exclusive,
+                          **_power_settings(exp, p, conf)}
         if conf:
             settings["partition_conf"] = conf
         cluster.append({"id": p.module_id, "source": CT_PARTITION,
@@ -276,6 +302,9 @@ def native_blueprint(exp: Expanded, dep: Deployment, pinned: dict[str, str] | No
         settings = _booting(dep, ctl.image, ctl.machine_type)
         if ctl.slurm_auth:
             settings["enable_slurm_auth"] = "$(vars.enable_slurm_auth)"
+        params = {k: getattr(ctl, k) for k in _CLOUD_PARAMETERS if getattr(ctl, k) != getattr(Controller, k)}
+        if params:
+            settings["cloud_parameters"] = params
         cluster.append({"id": ctl.module_id or "controller", "source": CT_CONTROLLER,
                         "use": ["network", *(p.module_id for p in dep.partitions), *(lg.module_id for lg in dep.logins)],
                         "settings": settings})
@@ -295,6 +324,9 @@ def _kept(exp: Expanded, dep: Deployment) -> dict:
     for name, src in exp.var_sources.items():
         if src.doc is not bp.doc and name in exp.vars:
             vars_[name] = plain(exp.vars[name])
+    for g in data["deployment_groups"]:  # the lab's settings (ctk/target/local) are not Cluster Toolkit's
+        if g.get("modules"):
+            g["modules"] = [m for m in g["modules"] if m.get("source") != "ctk/target/local"]
     modules = {m["id"]: m for g in data["deployment_groups"] for m in g.get("modules", [])}
     for img in dep.images:
         if img.source != CT_IMAGE:

@@ -20,7 +20,16 @@ def accelerators(ns) -> str:
     return "-"
 
 
-def show(dep: Deployment, target: str = "local") -> str:
+def capacity(ns) -> str:
+    """How a nodeset's VMs are provisioned, where it is not on demand."""
+    if ns.flex_max_run_duration is not None:
+        return f"flex-start (max run {ns.flex_max_run_duration} s)"
+    return "spot" if ns.spot else "-"
+
+
+def show(dep: Deployment, target: str = "local", lab: bool = False) -> str:
+    """The tables; LAB: the blueprint has a ctk/target/local module, whose settings are listed
+    on the local target."""
     out = [f"deployment {dep.deployment_name}  (blueprint {dep.blueprint_name}, "
            f"Slurm cluster {dep.slurm_cluster_name})", ""]
     if dep.images:
@@ -38,14 +47,24 @@ def show(dep: Deployment, target: str = "local") -> str:
         rows = [[ns.name, ns.machine_type, str(ns.node_count_static), str(ns.node_count_dynamic_max),
                  str(ns.cpus), f"{ns.memory_mb // 1024} GiB", accelerators(ns),
                  compress(ns.node_names()) if ns.node_count else "-"] for ns in dep.nodesets]
-        out += ["Nodesets", _table(["NODESET", "MACHINE", "STATIC", "DYNAMIC", "CPUS", "MEMORY",
-                                    "ACCELERATORS", "NODES"], rows), ""]
+        headers = ["NODESET", "MACHINE", "STATIC", "DYNAMIC", "CPUS", "MEMORY", "ACCELERATORS", "NODES"]
+        if any(capacity(ns) != "-" for ns in dep.nodesets):  # a column only where one is Spot or flex-start
+            headers.insert(7, "CAPACITY")
+            for r, ns in zip(rows, dep.nodesets):
+                r.insert(7, capacity(ns))
+        out += ["Nodesets", _table(headers, rows), ""]
     if dep.controller:
         out += [f"Controller: {dep.controller.hostname} ({dep.controller.machine_type})"]
     for lg in dep.logins:
         out += [f"Login: {compress(lg.node_names())} ({lg.machine_type})"]
     for fs in dep.shared_fs:
         out += [f"Shared filesystem: {fs.local_mount} ({fs.fs_type}, module {fs.module_id})"]
+    if lab and dep.target == "local" and target == "local":
+        lb = dep.lab
+        chaos = (f"a Spot preemption every {lb.chaos_interval:g} s on average"
+                 + (f" (seed {lb.chaos_seed})" if lb.chaos_seed is not None else "")) if lb.chaos_interval else "none"
+        out += [f"Lab: preemptions {chaos}; preemption notice {lb.preemption_notice:g} s; "
+                f"flex-start capacity after {lb.flex_start_delay:g} s"]
     if dep.ssh_hosts:
         rows = [[h.name, h.role, h.nodeset or "-", f"{h.user}@{h.host}:{h.port}", h.service_manager]
                 for h in dep.ssh_hosts]
