@@ -627,7 +627,7 @@ def _target_module(exp: Expanded, role: str, what: str, hint: str, c: Collector,
 
 # ---- the local target (the lab) -------------------------------------------------------------
 
-_LAB_NUMBERS = ("chaos_interval", "preemption_notice", "flex_start_delay")
+_LAB_NUMBERS = ("chaos_interval", "preemption_notice", "flex_start_delay", "flex_run_duration")
 
 
 def _local_target(exp: Expanded, dep: Deployment, c: Collector, doc) -> None:

@@ -175,7 +175,8 @@ LOCAL_TARGET = ModuleKind(
     source="ctk/target/local",
     role="local-target",
     doc="How the lab (the local target) rehearses a cloud: random preemptions of Spot nodes, their notice, "
-        "and how long flex-start nodes wait for capacity. The cluster stays on the local target.",
+        "how long flex-start nodes wait for capacity and how long they run. The cluster stays on the local "
+        "target.",
     inputs=(
         _in("chaos_interval", "number", 0,
             "Mean seconds between random preemptions of the lab's powered-up Spot nodes; 0: none."),
@@ -185,6 +186,10 @@ LOCAL_TARGET = ModuleKind(
         _in("flex_start_delay", "number", 30,
             "Seconds a flex-start (dws_flex) nodeset's resumed nodes wait for capacity; below the "
             "partitions' ResumeTimeout."),
+        _in("flex_run_duration", "number", None,
+            "Seconds a flex-start node runs on the lab before its capacity is taken back (its jobs are "
+            "requeued); null: the nodeset's dws_flex.max_run_duration (at least 600, as Cluster Toolkit "
+            "requires). For rehearsing the take-back in minutes rather than hours."),
     ),
     outputs=(),
 )

@@ -114,6 +114,9 @@ class Agent:
         self.notices: dict[str, tuple[float, str]] = {}  # node: (when its SIGTERM comes, by whom)
         self.up_since: dict[str, float] = {}  # flex-start nodes: when they booted
         self.next_chaos = self._next_chaos(time.monotonic())
+        for name, x in self.nodes.items():  # static flex-start nodes (booted by deploy) run from now
+            if x.get("flex") and self.running(name):
+                self.up_since[name] = time.monotonic()
         self.stopping = False
         if self.chaos:
             self.event("chaos", mean_interval=self.chaos, seed=seed)
