@@ -24,6 +24,12 @@ def gpu_present() -> bool:
     return os.path.exists("/dev/nvidiactl") and bool(glob.glob("/dev/nvidia[0-9]*"))
 
 
+def pytest_addoption(parser):
+    parser.addoption("--soak-seconds", type=float, default=300, metavar="S",
+                     help="how long the elastic lab's soak submits training jobs under random preemption "
+                     "(default 300, the least CI runs)")
+
+
 def pytest_configure(config):
     config.addinivalue_line(
         "markers", f"ct_fixtures: reads {FIXTURES_REL}; skipped with the reason when it is absent")

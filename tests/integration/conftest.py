@@ -46,6 +46,7 @@ def lab_build(state):
     r = ctk("image", "build", LAB, "--json", env={"CTK_STATE_DIR": state})
     assert r.returncode == 0, r.stderr[-3000:]
     start_accel_builds(state)  # the GPU and TPU images reuse its base, common, munge and slurm layers
+    start_soak(state)  # the elastic lab boots from the same image
     return json.loads(r.stdout)[0]
 
 
@@ -226,15 +227,51 @@ def start_accel_builds(seed_from: str | None = None) -> None:
                   proc=_background_build(state, [os.path.join(paths.BLUEPRINTS, bp) for bp in ACCEL_BLUEPRINTS], logs))
 
 
+# The elastic lab's soak (soak.py): at least 5 minutes of training jobs under random preemption,
+# run in the background from the moment the lab's image is built, at a low CPU priority (its
+# nodes and jobs inherit it), in a lab of its own. Its test runs near the end and reads the result.
+SOAK_TEST = "test_the_soak_ends_every_job_completed_with_the_uninterrupted_loss"
+_soak: dict = {}
+
+
+def start_soak(state: str) -> None:
+    if "wanted" not in _soak or "proc" in _soak:
+        return
+    out = _soak["out"]
+    os.makedirs(out, exist_ok=True)
+    log = open(os.path.join(out, "soak.log"), "ab")
+    _soak.update(t0=time.monotonic(), proc=subprocess.Popen(
+        ["nice", "-n", "10", sys.executable, os.path.join(os.path.dirname(__file__), "soak.py"), "--out", out,
+         "--seconds", str(_soak["seconds"])],
+        env={**os.environ, "CTK_STATE_DIR": state}, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+
+
+def soak_result() -> dict:
+    """The soak's result.json, once it has ended (its log in the failure otherwise)."""
+    if "proc" not in _soak:
+        pytest.fail("the soak did not start (it starts when the lab image is built, see start_soak)")
+    rc = _soak["proc"].wait()
+    path = os.path.join(_soak["out"], "result.json")
+    log = open(os.path.join(_soak["out"], "soak.log"), errors="replace").read()
+    if not os.path.exists(path):
+        pytest.fail(f"the soak left no result (rc {rc}):\n{log[-4000:]}")
+    res = json.load(open(path))
+    print(f"\nsoak ran in the background for {time.monotonic() - _soak['t0']:.0f} s (rc {rc}); log:\n{log[-1500:]}")
+    return res
+
+
 def pytest_collection_modifyitems(config, items):
-    """The tests of the background builds go last (the Debian 12 lab's, then the accelerator
-    images'), so nothing else waits for them."""
-    items.sort(key=lambda item: 2 if item.nodeid.split("::")[0].endswith(ACCEL_MODULE)
-               else 1 if item.name == LAB_12_TEST else 0)
+    """The tests of the background work go last (the soak's, the Debian 12 lab's, then the
+    accelerator images'), so nothing else waits for them."""
+    if any(item.name == SOAK_TEST for item in items):
+        _soak.update(wanted=True, seconds=config.getoption("soak_seconds"),
+                     out=str(config._tmp_path_factory.mktemp("ctk-soak")))
+    items.sort(key=lambda item: 3 if item.nodeid.split("::")[0].endswith(ACCEL_MODULE)
+               else 2 if item.name == LAB_12_TEST else 1 if item.name == SOAK_TEST else 0)
 
 
 def pytest_sessionfinish(session):
-    for bg in (_accel, _lab12):
+    for bg in (_accel, _lab12, _soak):
         proc = bg.get("proc")
         if proc is not None and proc.poll() is None:
             os.killpg(proc.pid, 15)

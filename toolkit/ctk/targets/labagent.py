@@ -39,6 +39,7 @@ from ..sandbox import netns
 from ..sandbox import node as nodes
 
 POLL = 0.2  # seconds between looks at the request folder and the timers
+SYNC = 3.0  # seconds between looks at Slurm's view of the nodes (see Agent.sync)
 WORKERS = 8  # nodes booted or stopped at once
 # What a lab node takes of this machine's memory, idle (bench/lab_scale.py measures it): a
 # compute node's nodeinit, munged and slurmd; the controller's MariaDB and slurmctld, and the
@@ -118,6 +119,7 @@ class Agent:
             if x.get("flex") and self.running(name):
                 self.up_since[name] = time.monotonic()
         self.stopping = False
+        self.next_sync = 0.0
         if self.chaos:
             self.event("chaos", mean_interval=self.chaos, seed=seed)
 
@@ -275,6 +277,22 @@ class Agent:
     def _next_chaos(self, now: float) -> float | None:
         return now + self.rng.expovariate(1 / self.chaos) if self.chaos > 0 else None
 
+    def sync(self) -> None:
+        """What slurm-gcp's slurmsync does for a cloud: a node of ours that Slurm holds DOWN and
+        powered down (a take-back whose DOWN came after its power-down had begun) is powered
+        down again, which makes it idle (idle_on_node_suspend) and usable by the next job."""
+        out = self.slurm("sinfo", "-h", "-N", "-o", "%N %T") or ""
+        stuck = sorted({name for name, st in (ln.split() for ln in out.splitlines() if len(ln.split()) == 2)
+                        if name in self.nodes and st.startswith("down") and st.endswith("~")})
+        with self.lock:
+            busy = set(self.busy)
+        for name in stuck:
+            if name not in busy and name not in self.notices and not self.running(name):
+                self.slurm("scontrol", "update", f"NodeName={name}", "State=POWER_DOWN_FORCE",
+                           "Reason=ctk: powered down again to be usable")
+                self.event("resynced", name, state=dict(ln.split() for ln in out.splitlines()
+                                                        if len(ln.split()) == 2).get(name))
+
     def tick(self) -> None:
         try:
             names = sorted(f for f in os.listdir(self.requests) if not f.startswith("."))
@@ -306,6 +324,9 @@ class Agent:
             if run and now - since >= run and name not in self.notices:
                 if self.submit(name, self._take_back, f"flex-start max_run_duration ({run} s)"):
                     self.up_since.pop(name, None)
+        if now >= self.next_sync:
+            self.next_sync = now + SYNC
+            self.sync()
         if self.next_chaos is not None and now >= self.next_chaos:
             self.next_chaos = self._next_chaos(now)
             with self.lock:
