@@ -25,6 +25,10 @@ A3 = f"{FIXTURES}/examples/machine-learning/a3-megagpu-8g"
 CASES = {
     "lab": (f"{paths.BLUEPRINTS}/lab.yaml", [], None,
             {"debug*": ("2", "(null)"), "gpu": ("2", "gpu:h100:8")}),
+    # power saving: its dynamic nodes are State=CLOUD, with the programs and timeouts of a lab
+    "elastic-lab": (f"{paths.BLUEPRINTS}/elastic-lab.yaml", [], None,
+                    {"debug*": ("2", "(null)"), "dynamic": ("4", "(null)"), "spot": ("4", "(null)"),
+                     "flex": ("2", "(null)")}),
     "hpc-slurm": (f"{FIXTURES}/examples/hpc-slurm.yaml",
                   ["project_id=p,deployment_name=demo"], None,
                   {"debug*": ("4", "(null)"), "compute": ("20", "(null)"), "h3": ("20", "(null)")}),
@@ -39,7 +43,7 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", [
-    c if c == "lab" else pytest.param(c, marks=pytest.mark.ct_fixtures) for c in sorted(CASES)])
+    c if c in ("lab", "elastic-lab") else pytest.param(c, marks=pytest.mark.ct_fixtures) for c in sorted(CASES)])
 def test_slurmctld_accepts_rendered_blueprint(case, slurm, tmp_path):
     bp, cli_vars, dfile, want = CASES[case]
     dep = process(bp, cli_vars, dfile).deployment
@@ -48,12 +52,20 @@ def test_slurmctld_accepts_rendered_blueprint(case, slurm, tmp_path):
     names = [n for ns in dep.nodesets for n in ns.node_names()]
     for d in ("state", "spool", "log", "run"):
         (tmp_path / d).mkdir()
+    power = {}
+    if case == "elastic-lab":
+        cloud = [n for ns in dep.nodesets for n in ns.node_names()[ns.node_count_static:]]
+        for prog in ("resume", "suspend", "ready"):
+            (tmp_path / prog).write_text("#!/bin/sh\nexit 0\n")
+            (tmp_path / prog).chmod(0o755)
+        power = dict(cloud_nodes=cloud, resume_program=str(tmp_path / "resume"),
+                     suspend_program=str(tmp_path / "suspend"), nodes_ready_program=str(tmp_path / "ready"))
     layout = NodeLayout(controller_addr="127.0.0.1", controller_port=free_tcp_port(),
                         node_addr={n: "127.0.0.1" for n in names},
                         node_port={n: free_tcp_port() for n in names},
                         state_dir=str(tmp_path / "state"), spool_dir=str(tmp_path / "spool"),
                         log_dir=str(tmp_path / "log"), pid_dir=str(tmp_path / "run"), slurm_user="root",
-                        slurmd_port=free_tcp_port(), munge_socket=str(tmp_path / "munge" / "munge.sock"))
+                        slurmd_port=free_tcp_port(), munge_socket=str(tmp_path / "munge" / "munge.sock"), **power)
     conf = tmp_path / "slurm.conf"
     conf.write_text(render_slurm_conf(dep, layout=layout))
     (tmp_path / "gres.conf").write_text(render_gres_conf(dep, layout=layout))

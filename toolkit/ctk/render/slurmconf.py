@@ -570,7 +570,12 @@ def render_slurm_conf(dep: Deployment, *, layout: NodeLayout | None = None) -> s
     has_gpus = any(ns.gpu_count > 0 for ns in live)
     sections = _base_params(dep, layout, has_gpus)
 
-    extra = dep.controller.slurm_conf if dep.controller is not None else {}
+    extra = dict(dep.controller.slurm_conf) if dep.controller is not None else {}
+    auth = next((k for k in extra if k.lower() == "authinfo"), None)
+    if auth and layout is not None and layout.munge_socket and isinstance(extra[auth], str) \
+            and "socket=" not in extra[auth]:
+        # The blueprint's AuthInfo options (cred_expire=...) keep the layout's munged socket.
+        extra[auth] = f"socket={layout.munge_socket},{extra[auth]}"
     overridden = set()
     for key in extra:
         _check_key(key, "controller.slurm_conf")
