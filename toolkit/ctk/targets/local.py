@@ -639,6 +639,38 @@ def stop_agent(deployment_dir: str) -> bool:
     return bool(pid) and terminate(pid)
 
 
+BOOT_WORKERS = 8  # compute nodes booted at once (each mostly waits for its daemons to start)
+
+
+def _boot_all(n: int, to_boot: list[tuple[LabNode, nodes.NodeSpec]], started: list[str], progress: Progress) -> None:
+    """Boot the controller first, then the compute nodes side by side, then the login nodes;
+    STARTED gets the state folder of every node that booted (the first failure is raised once
+    the others have finished)."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    lock = threading.Lock()
+
+    def boot(x: LabNode, spec: nodes.NodeSpec) -> None:
+        progress.task(f"boot {x.role} {x.name} ({x.addr})")
+        netns.create(n, x.host)
+        nodes.boot(spec)
+        with lock:
+            started.append(spec.state_dir)
+
+    for role in ("controller", "compute", "login"):
+        batch = [(x, spec) for x, spec in to_boot if x.role == role]
+        if role != "compute" or len(batch) < 2:
+            for x, spec in batch:
+                boot(x, spec)
+            continue
+        with ThreadPoolExecutor(min(BOOT_WORKERS, len(batch))) as pool:
+            futures = [pool.submit(boot, x, spec) for x, spec in batch]
+        errors = [f.exception() for f in futures if f.exception() is not None]
+        if errors:
+            raise errors[0]
+
+
 def deploy_local(dep: Deployment, deployment_dir: str, *, max_nodes: int = DEFAULT_MAX_NODES,
                  progress: Progress | None = None, store: Store | None = None,
                  ready_timeout: float = 60.0) -> DeployResult:
@@ -734,6 +766,7 @@ def deploy_local(dep: Deployment, deployment_dir: str, *, max_nodes: int = DEFAU
         # Slurm 22.05 adds or moves nodes only on a restart of its daemons; a change of
         # partitions or limits needs no more than `scontrol reconfigure`.
         order = sorted(plan.nodes, key=lambda x: {"controller": 0, "compute": 1, "login": 2}[x.role])
+        to_boot: list[tuple[LabNode, nodes.NodeSpec]] = []
         for x in order:
             spec = specs[x.name] = node_spec(plan, x, ldir, store.lowerdirs(layers[x.image]))
             h = spec_hash(spec, files)
@@ -744,22 +777,19 @@ def deploy_local(dep: Deployment, deployment_dir: str, *, max_nodes: int = DEFAU
                 kept.append(x.name)
             elif x.dynamic and not running_now:
                 pass  # powered down: the agent boots it when a job needs it
+            elif running_now and x.dynamic:  # slurmctld restarts with it powered down
+                nodes.stop(spec.state_dir)
+                netns.remove(n, x.host)
+                stopped.append(x.name)
             else:
                 if running_now:
                     nodes.stop(spec.state_dir)
-                    if x.dynamic:  # slurmctld restarts with it powered down
-                        netns.remove(n, x.host)
-                        stopped.append(x.name)
-                        records.append({**asdict(x), "hash": h})
-                        continue
                     restarted.append(x.name)
                 else:
                     booted.append(x.name)
-                progress.task(f"boot {x.role} {x.name} ({x.addr})")
-                netns.create(n, x.host)
-                nodes.boot(spec)
-                started_now.append(spec.state_dir)
+                to_boot.append((x, spec))
             records.append({**asdict(x), "hash": h})
+        _boot_all(n, to_boot, started_now, progress)
         reconfigured = False
         if conf_changed and not node_set_changed and kept and any(r == plan.controller.name for r in kept):
             slurm(deployment_dir, "scontrol", "reconfigure")
