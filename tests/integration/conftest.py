@@ -170,6 +170,9 @@ def _background_results(proc: subprocess.Popen, logs: str, blueprints) -> dict:
 
 
 def pytest_collection_finish(session):
+    if any(item.name == SOAK_TEST for item in session.items):  # selected (not -k'd away)
+        _soak.update(wanted=True, seconds=session.config.getoption("soak_seconds"),
+                     out=str(session.config._tmp_path_factory.mktemp("ctk-soak")))
     tools = all(shutil.which(t, path="/usr/sbin:/usr/bin:/sbin:/bin") for t in IMAGE_TOOLS)
     if tools and any(item.name == LAB_12_TEST for item in session.items):
         state = str(session.config._tmp_path_factory.mktemp("ctk-lab12-state"))
@@ -263,9 +266,6 @@ def soak_result() -> dict:
 def pytest_collection_modifyitems(config, items):
     """The tests of the background work go last (the soak's, the Debian 12 lab's, then the
     accelerator images'), so nothing else waits for them."""
-    if any(item.name == SOAK_TEST for item in items):
-        _soak.update(wanted=True, seconds=config.getoption("soak_seconds"),
-                     out=str(config._tmp_path_factory.mktemp("ctk-soak")))
     items.sort(key=lambda item: 3 if item.nodeid.split("::")[0].endswith(ACCEL_MODULE)
                else 2 if item.name == LAB_12_TEST else 1 if item.name == SOAK_TEST else 0)
 
@@ -275,7 +275,7 @@ def pytest_sessionfinish(session):
         proc = bg.get("proc")
         if proc is not None and proc.poll() is None:
             os.killpg(proc.pid, 15)
-            proc.wait()
+            proc.wait(timeout=180)  # the soak destroys its lab on SIGTERM
 
 
 @pytest.fixture(scope="session")

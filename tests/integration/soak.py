@@ -58,6 +58,12 @@ def main(argv=None) -> int:
     p.add_argument("--drain-timeout", type=float, default=900, help="seconds to wait for the last jobs")
     p.add_argument("--keep", action="store_true", help="leave the lab up")
     args = p.parse_args(argv)
+    import signal
+
+    def stop(signum, frame):  # a soak cut short still destroys its lab (main's finally)
+        raise SystemExit(f"stopped by signal {signum}")
+
+    signal.signal(signal.SIGTERM, stop)
     os.makedirs(args.out, exist_ok=True)
     dep = os.path.join(args.out, "dep")
     result: dict = {"seconds": args.seconds, "chaos": args.chaos, "seed": args.seed, "steps": args.steps}
