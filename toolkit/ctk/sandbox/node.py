@@ -15,7 +15,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 
 from ..waiting import TimedOut, poll
-from .proc import terminate
+from .proc import ctk_env, running_pid, terminate
 from . import DaemonError
 
 
@@ -68,12 +68,7 @@ def _pid_file(state_dir: str) -> str:
 
 def node_pid(state_dir: str) -> int | None:
     """Host pid of the node's PID 1 if the node is running, else None."""
-    try:
-        pid = int(open(_pid_file(state_dir)).read().strip())
-        cmdline = open(f"/proc/{pid}/cmdline", "rb").read()
-    except (OSError, ValueError):
-        return None
-    return pid if b"ctk.sandbox.nodeinit" in cmdline else None
+    return running_pid(_pid_file(state_dir), "ctk.sandbox.nodeinit")
 
 
 def dead_services(state_dir: str) -> list[str]:
@@ -104,7 +99,7 @@ def boot(spec: NodeSpec, timeout: float = 30.0) -> int:
     with open(spec_path, "w") as f:
         json.dump(d, f, indent=1)
     init_log = open(os.path.join(spec.logdir, "nodeinit.log"), "ab")
-    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.dirname(__file__)))}
+    env = ctk_env()
     enter_net = ["nsenter", f"--net={spec.netns}"] if spec.netns else []
     proc = subprocess.Popen(
         [*enter_net, "unshare", "--mount", "--uts", "--pid", "--fork", sys.executable, "-m", "ctk.sandbox.nodeinit", spec_path],

@@ -37,9 +37,11 @@ from typing import Any
 from ..render.hostlist import expand
 from ..sandbox import netns
 from ..sandbox import node as nodes
+from ..sandbox.proc import running_pid
 
 POLL = 0.2  # seconds between looks at the request folder and the timers
-SYNC = 3.0  # seconds between looks at Slurm's view of the nodes (see Agent.sync)
+SYNC = 3.0  # seconds between looks at Slurm's view of the nodes after a take-back (Agent.sync)
+SYNC_FOR = 120.0  # seconds after a take-back during which it looks
 WORKERS = 8  # nodes booted or stopped at once
 # What a lab node takes of this machine's memory, idle (bench/lab_scale.py measures it): a
 # compute node's nodeinit, munged and slurmd; the controller's MariaDB and slurmctld, and the
@@ -85,12 +87,7 @@ def read_events(power_dir: str) -> list[dict]:
 
 def agent_pid(power_dir: str) -> int | None:
     """The running agent's pid, or None."""
-    try:
-        pid = int(open(os.path.join(power_dir, "agent.pid")).read())
-        argv = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
-    except (OSError, ValueError):
-        return None
-    return pid if b"ctk.targets.labagent" in argv else None
+    return running_pid(os.path.join(power_dir, "agent.pid"), "ctk.targets.labagent")
 
 
 class Agent:
@@ -120,6 +117,7 @@ class Agent:
                 self.up_since[name] = time.monotonic()
         self.stopping = False
         self.next_sync = 0.0
+        self.sync_until = 0.0  # a take-back makes the agent look at Slurm's node states until then
         if self.chaos:
             self.event("chaos", mean_interval=self.chaos, seed=seed)
 
@@ -215,6 +213,7 @@ class Agent:
             # DOWN as well: slurmctld stops waiting for the gone node to end its jobs (they
             # would be COMPLETING until it gave up on the node), and requeues them now.
             self.slurm("scontrol", "update", f"NodeName={name}", "State=DOWN", f"Reason=ctk: {by}")
+            self.sync_until = time.monotonic() + SYNC_FOR
             self.event("down", name, by=by, seconds=round(time.monotonic() - t0, 2))
         except Exception as e:  # noqa: BLE001 - recorded; the agent keeps going
             self.event("error", name, during=by, error=str(e)[-1000:])
@@ -324,7 +323,7 @@ class Agent:
             if run and now - since >= run and name not in self.notices:
                 if self.submit(name, self._take_back, f"flex-start max_run_duration ({run} s)"):
                     self.up_since.pop(name, None)
-        if now >= self.next_sync:
+        if now >= self.next_sync and now < self.sync_until:
             self.next_sync = now + SYNC
             self.sync()
         if self.next_chaos is not None and now >= self.next_chaos:

@@ -41,7 +41,7 @@ from ..render.hostlist import compress
 from ..sandbox import netns
 from ..sandbox import node as nodes
 from ..sandbox.daemons import DaemonError, ensure_munge_key, ensure_secret, stop_munged
-from ..sandbox.proc import terminate
+from ..sandbox.proc import ctk_env, terminate
 from . import leases
 from .labagent import MEMORY_RESERVE_MB, NODE_MB, available_mb
 from .labclient import LabCluster, client_node, job_cluster, lab_dir, load_state, slurm
@@ -186,10 +186,9 @@ def plan_lab(dep: Deployment, n: int, max_nodes: int = DEFAULT_MAX_NODES) -> Lab
                                   ns.name, host=host, dynamic=i >= ns.node_count_static, spot=ns.spot,
                                   flex=ns.flex_max_run_duration))
             host += 1
-    for i, name in enumerate(name for lg in scaled.logins for name in lg.node_names()):
-        lg_image = next(lg.image for lg in scaled.logins if name in lg.node_names())
-        nodes_.append(LabNode(name, "login", leases.addr(n, host), leases.port(n, 1 + i), image_of(lg_image),
-                              host=host))
+    logins = [(name, lg.image) for lg in scaled.logins for name in lg.node_names()]
+    for i, (name, image) in enumerate(logins):  # sshd on a port of the lease each
+        nodes_.append(LabNode(name, "login", leases.addr(n, host), leases.port(n, 1 + i), image_of(image), host=host))
         host += 1
     return LabPlan(n, scaled, nodes_, images, notes)
 
@@ -199,7 +198,7 @@ def memory_mb(nodes_: list[LabNode]) -> int:
     return sum(NODE_MB[x.role] for x in nodes_)
 
 
-def check_memory(plan: LabPlan, running: set[str], progress: Progress | None = None) -> list[str]:
+def check_memory(plan: LabPlan, running: set[str]) -> list[str]:
     """Refuse a lab whose always-up nodes do not fit in this machine's memory; a note where its
     dynamic nodes, all powered up, would not. RUNNING: nodes already up (their memory is in use)."""
     avail = available_mb()
@@ -245,16 +244,16 @@ def layout(plan: LabPlan) -> NodeLayout:
         slurmdbd_port=leases.port(plan.n, DBD_PORT_SLOT) if acct else None,
         task_prolog=JAX_TASK_PROLOG if all(images[x.image].python for x in computes) else None,
         health_check=HEALTH_CHECK,
-        cloud_nodes=[x.name for x in plan.cloud_nodes],
-        resume_program=f"/etc/slurm/{RESUME_SCRIPT}" if plan.cloud_nodes else None,
-        suspend_program=f"/etc/slurm/{SUSPEND_SCRIPT}" if plan.cloud_nodes else None,
-        nodes_ready_program=f"/etc/slurm/{READY_SCRIPT}" if plan.cloud_nodes else None)
+        **({} if not plan.cloud_nodes else dict(
+            cloud_nodes=[x.name for x in plan.cloud_nodes], resume_program=f"/etc/slurm/{RESUME_SCRIPT}",
+            suspend_program=f"/etc/slurm/{SUSPEND_SCRIPT}", nodes_ready_program=f"/etc/slurm/{READY_SCRIPT}")))
 
 
 # slurmctld's ResumeProgram and SuspendProgram in the lab: each hands its nodes (a Slurm
 # hostlist) to the lab's agent on the host, as a request file in a folder that only the
 # controller sees; the agent boots or stops them (targets/labagent.py).
 RESUME_SCRIPT, SUSPEND_SCRIPT, READY_SCRIPT = "ctk-resume", "ctk-suspend", "ctk-nodes-ready"
+POWER_SCRIPTS = tuple(f"etc/slurm/{x}" for x in (RESUME_SCRIPT, SUSPEND_SCRIPT, READY_SCRIPT))
 POWER_DIR_IN_NODE = "/var/spool/ctk-power"
 
 
@@ -620,9 +619,8 @@ def start_agent(deployment_dir: str, config: dict) -> tuple[int, bool]:
     if pid:
         terminate(pid)
     log = open(os.path.join(pdir, "agent.log"), "ab")
-    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.dirname(__file__)))}
     proc = subprocess.Popen([sys.executable, "-m", "ctk.targets.labagent", path], stdin=subprocess.DEVNULL,
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=ctk_env())
     try:
         poll(lambda: agent_pid(pdir) == proc.pid or proc.poll() is not None, 30, 0.05)
     except TimedOut:
@@ -680,25 +678,20 @@ def deploy_local(dep: Deployment, deployment_dir: str, *, max_nodes: int = DEFAU
     t0 = time.monotonic()
     ldir = os.path.abspath(lab_dir(deployment_dir))
     n = leases.lease(deployment_dir)
+    old = load_state(deployment_dir) or {}
+    running = {x["name"] for x in old.get("nodes", [])
+               if nodes.node_pid(os.path.join(ldir, "nodes", x["name"])) is not None}
     try:
         plan = plan_lab(dep, n, max_nodes)
+        mem_notes = check_memory(plan, running)
     except UserError:
-        if load_state(deployment_dir) is None:
+        if not old:  # refused before anything ran: the lease goes back
             leases.release(deployment_dir)
         raise
     # A lab left running when its folder was removed holds this lease's addresses: stop it.
     orphans = stop_leftovers(deployment_dir, only_orphans=True)
     if orphans:
         progress.say(f"note: stopped {len(orphans)} node(s) of an earlier lab whose folder was removed")
-    old = load_state(deployment_dir) or {}
-    running = {x["name"] for x in old.get("nodes", [])
-               if nodes.node_pid(os.path.join(ldir, "nodes", x["name"])) is not None}
-    try:
-        mem_notes = check_memory(plan, running)
-    except UserError:
-        if not old:
-            leases.release(deployment_dir)
-        raise
     for note in plan.notes + mem_notes:
         progress.say(f"note: {note}")
     from ..images.build import build_image
@@ -732,13 +725,13 @@ def deploy_local(dep: Deployment, deployment_dir: str, *, max_nodes: int = DEFAU
             atomic.write_if_changed(os.path.join(ldir, "secrets", "slurmdbd.conf"), slurmdbd_conf(plan, ldir), 0o600)
         files = lab_files(plan, ldir)
         changed = [rel for rel, text in files.items() if atomic.write_if_changed(os.path.join(ldir, rel), text)]
-        for rel in ("etc/slurm/gres.conf", *(f"etc/slurm/{x}" for x in (RESUME_SCRIPT, SUSPEND_SCRIPT, READY_SCRIPT))):
+        for rel in ("etc/slurm/gres.conf", *POWER_SCRIPTS):
             if rel not in files and os.path.exists(os.path.join(ldir, rel)):
                 os.unlink(os.path.join(ldir, rel))
                 changed.append(rel)
-        for script in (RESUME_SCRIPT, SUSPEND_SCRIPT, READY_SCRIPT):
-            if f"etc/slurm/{script}" in files:
-                os.chmod(os.path.join(ldir, "etc", "slurm", script), 0o755)
+        for rel in POWER_SCRIPTS:
+            if rel in files:
+                os.chmod(os.path.join(ldir, rel), 0o755)
         netns.ensure_bridge(n)
         write_wrappers(deployment_dir, client_node(plan.nodes))
 
