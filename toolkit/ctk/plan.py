@@ -308,17 +308,6 @@ def _accelerator(img: ImageSpec, exp: Expanded, dep: Deployment) -> str:
     return "cuda12" if gpu else "cpu"
 
 
-def _stack_pos(exp: Expanded, em: ExpandedModule):
-    """Where an image's stack was said: its setting, the var it came from, else the module."""
-    doc = exp.blueprint.doc
-    if "stack" in em.explicit:
-        return doc.pos(em.module.path + ("settings", "stack"))
-    if "stack" in em.from_vars and "stack" in exp.var_sources:
-        src = exp.var_sources["stack"]
-        return src.doc.pos(src.path)
-    return doc.pos(em.module.path + ("id",))
-
-
 def _bases_for(fits) -> str:
     """The bases whose Python passes fits(python), oldest Python first."""
     return ", ".join(b for b, v in sorted(BASE_PYTHON.items(), key=lambda bv: python_tuple(bv[1])) if fits(v))
@@ -336,7 +325,7 @@ def _stacks(exp: Expanded, dep: Deployment, c: Collector, stacks: dict[str, Stac
         if img.stack:
             stack = stacks.get(img.stack)
             if stack is None:
-                c.add(f"unknown stack '{img.stack}'", _stack_pos(exp, em),
+                c.add(f"unknown stack '{img.stack}'", _setting_pos(exp, em, "stack"),
                       did_you_mean(img.stack, stacks) or f"stacks: {', '.join(stacks)} (ctk stack list)")
             elif jax and py and not stack.supports(py):
                 fit = newest_for(stacks, stack.accelerator, py)
@@ -344,7 +333,7 @@ def _stacks(exp: Expanded, dep: Deployment, c: Collector, stacks: dict[str, Stac
                         f"Python {py}" if fit else
                         f"no {stack.accelerator} stack is for Python {py}; {stack.name} fits base "
                         f"{_bases_for(stack.supports)}")
-                c.add(f"{stack.misfit(py)}; base {img.base} has Python {py}", _stack_pos(exp, em), hint)
+                c.add(f"{stack.misfit(py)}; base {img.base} has Python {py}", _setting_pos(exp, em, "stack"), hint)
             continue
         acc = _accelerator(img, exp, dep)
         fit = newest_for(stacks, acc, py) if py else None
@@ -394,7 +383,7 @@ def _accelerator_rules(exp: Expanded, dep: Deployment, c: Collector, stacks: dic
             cuda12 = [s.name for s in stacks.values() if s.accelerator == "cuda12" and s.supports(base_python(img.base) or "")]
             c.add(f"stack {stack.name} needs NVIDIA driver >= {stack.min_driver} (jax[{stack.accelerator}]'s CUDA "
                   f"wheels); image '{img.name}' (base {img.base}) gets driver {driver.version} from "
-                  f"{driver.source}", _stack_pos(exp, em),
+                  f"{driver.source}", _setting_pos(exp, em, "stack"),
                   ", ".join(x for x in (
                       f"use {' or '.join(cuda12)} (CUDA 12, driver >= {stacks[cuda12[0]].min_driver})" if cuda12 else "",
                       f"or build on a base whose driver is >= {stack.min_driver} ({', '.join(others)})" if others else "")
