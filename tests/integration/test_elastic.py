@@ -85,7 +85,8 @@ def test_a_3_node_job_boots_powered_down_nodes_which_power_down_after_suspend_ti
         steps = [s for s in seen[n] if s in ("off", "powering-up", "on", "powering-down")]
         assert steps[0] == "off" and "on" in steps and steps[-1] == "off", seen
         assert steps.index("powering-down") > steps.index("on"), seen
-    assert any("powering-up" in seen[n] for n in used), seen
+    # the lab's nodes take boot_delay (3 s) to boot: each was seen powering up that long
+    assert all("powering-up" in seen[n] for n in used), seen
     (unused,) = set(dyn) - set(used)
     assert seen[unused] == ["off"]
     # the agent booted them after the submission and stopped them once SuspendTime (20 s) had passed
@@ -93,6 +94,7 @@ def test_a_3_node_job_boots_powered_down_nodes_which_power_down_after_suspend_ti
     booted = {e["node"]: e["epoch"] for e in events if e["event"] == "booted"}
     stopped = {e["node"]: e["epoch"] for e in events if e["event"] == "stopped" and e.get("why") == "suspend"}
     assert set(booted) == set(used) and set(stopped) == set(used), events
+    assert all(booted[n] - t_submit >= 3 for n in used), (t_submit, booted)
     assert all(stopped[n] - ended_at >= 19 for n in used), (ended_at, stopped)
     assert not any(power(elab)[n][1] for n in used)  # their daemons are gone with them
 

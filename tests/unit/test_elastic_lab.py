@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 import os
 import subprocess
 
@@ -186,6 +187,28 @@ def test_the_agent_reads_whole_requests_in_order_and_a_flex_node_waits_for_its_c
     labagent.request(agent.power, "preempt", ["n-0"], notice=1)
     agent.tick()
     assert agent.notices == {}  # n-0 is not running: nothing to preempt
+
+
+def test_a_resumed_node_boots_boot_delay_after_the_request_and_not_if_suspended_first(tmp_path):
+    agent = _agent(tmp_path, boot_delay=6)
+    labagent.request(agent.power, "resume", ["n-0"])
+    sent = time.time()
+    agent.tick()
+    (at, why), = agent.boot_at.values()
+    assert list(agent.boot_at) == ["n-0"] and why == "resume"
+    assert sent + 5 < at <= sent + 6.1  # the request's file name holds when it was sent
+    assert agent.busy == set()  # nothing boots before its time
+    labagent.request(agent.power, "suspend", ["n-0"])
+    agent.tick()
+    assert agent.boot_at == {}
+
+
+def test_without_boot_delay_a_node_boots_in_the_second_after_the_request(tmp_path):
+    # slurmctld takes a registration only from a node that booted after its resume request.
+    agent = _agent(tmp_path)
+    assert agent.boot_time(100.25) == 101.0 and agent.boot_time(100.0) == 101.0
+    agent.boot_delay = 3
+    assert agent.boot_time(100.25) == 103.25
 
 
 def test_chaos_intervals_are_exponential_with_the_mean_and_seed_given(tmp_path):

@@ -379,7 +379,7 @@ def test_controller_cloud_parameters_rules(tmp_path):
 
 
 @pytest.mark.parametrize("setting", ["chaos_interval: -1", "chaos_seed: -3", "chaos_seed: 1.5",
-                                     "preemption_notice: -0.5", "flex_start_delay: -10"])
+                                     "preemption_notice: -0.5", "flex_start_delay: -10", "boot_delay: -1"])
 def test_negative_lab_settings(tmp_path, capsys, setting):
     bp = ctk_bp(tmp_path, tail=lab(f"      {setting}\n"))
     name, value = setting.split(": ")
@@ -446,6 +446,44 @@ def test_flex_start_delay_below_resume_timeout_is_fine(tmp_path):
     dep = process(ctk_bp(tmp_path, flex_partition="      resume_timeout: 16\n",
                          tail=lab("      flex_start_delay: 15\n"))).deployment
     assert dep.lab.flex_start_delay == 15.0
+
+
+# ---- boot_delay against ResumeTimeout ----------------------------------------------------------
+
+def test_boot_delay_is_read_and_defaults_to_0(tmp_path):
+    assert process(ctk_bp(tmp_path, flex="")).deployment.lab.boot_delay == 0.0
+    dep = process(ctk_bp(tmp_path, tail=lab("      boot_delay: 4\n"))).deployment
+    assert dep.lab.boot_delay == 4.0
+
+
+def test_boot_delay_not_below_a_dynamic_partitions_resume_timeout(tmp_path, capsys):
+    bp = ctk_bp(tmp_path, flex="", dyn_partition="      resume_timeout: 20\n", tail=lab("      boot_delay: 20\n"))
+    refused(bp, capsys, at(bp, "resume_timeout: 20", "20"),
+            "the nodes of nodeset 'dyn' take 20 s to boot on the lab (boot_delay), not less than partition "
+            "'dynamic''s ResumeTimeout of 20 s: Slurm would mark its nodes DOWN before they boot",
+            "lower boot_delay in 'lab' below 20, or raise the partition's resume_timeout")
+
+
+def test_boot_delay_against_the_controllers_resume_timeout_is_at_the_setting(tmp_path, capsys):
+    bp = ctk_bp(tmp_path, flex="", controller="    settings:\n      cloud_parameters: {resume_timeout: 60}\n",
+                tail=lab("      boot_delay: 90\n"))
+    refused(bp, capsys, at(bp, "boot_delay: 90", "90"), "take 90 s to boot on the lab (boot_delay)")
+
+
+def test_a_flex_nodes_capacity_wait_and_boot_add_up(tmp_path, capsys):
+    # 15 + 10 = 25 >= 20; each alone is below it.
+    bp = ctk_bp(tmp_path, flex_partition="      resume_timeout: 20\n",
+                tail=lab("      flex_start_delay: 15\n      boot_delay: 10\n"))
+    refused(bp, capsys, at(bp, "resume_timeout: 20", "20"),
+            "flex-start nodeset 'flex' waits 15 s for capacity on the lab (flex_start_delay) and 10 s to boot "
+            "(boot_delay), not less than partition 'flex''s ResumeTimeout of 20 s: Slurm would mark its nodes DOWN "
+            "before they boot", "lower flex_start_delay + boot_delay in 'lab' below 20")
+
+
+def test_boot_delay_below_every_resume_timeout_is_fine(tmp_path):
+    dep = process(ctk_bp(tmp_path, dyn_partition="      resume_timeout: 20\n",
+                         tail=lab("      flex_start_delay: 15\n      boot_delay: 19\n"))).deployment
+    assert (dep.lab.boot_delay, dep.lab.flex_start_delay) == (19.0, 15.0)
 
 
 def test_flex_start_delay_is_the_labs_only(tmp_path):
@@ -565,7 +603,7 @@ def test_show_lists_the_capacity_and_the_labs_settings(tmp_path, capsys):
     rows = {ln.split()[0]: ln for ln in out.splitlines() if ln.startswith(("dyn ", "flex "))}
     assert "CAPACITY" in out and " spot " in rows["dyn"] and "flex-start (max run 600 s)" in rows["flex"]
     assert "Lab: preemptions a Spot preemption every 90 s on average (seed 3); preemption notice 10 s; " \
-           "flex-start capacity after 30 s" in out
+           "flex-start capacity after 30 s; nodes boot in 0 s" in out
 
 
 def test_show_without_spot_flex_or_lab_module_is_unchanged(tmp_path, capsys):

@@ -220,6 +220,9 @@ class LabSettings:
     # Seconds a flex-start node runs on the lab before its capacity is taken back; None: the
     # nodeset's max_run_duration (at least 600 s, as Cluster Toolkit requires).
     flex_run_duration: float | None = None
+    # Seconds a powered-up node takes to boot before its daemons start (a cloud VM takes about a
+    # minute): a rehearsal of ResumeTimeout, and the time `ctk status` shows it powering up.
+    boot_delay: float = 0.0
 
 
 @dataclass

@@ -616,7 +616,7 @@ def _target_module(exp: Expanded, role: str, what: str, hint: str, c: Collector,
 
 # ---- the local target (the lab) -------------------------------------------------------------
 
-_LAB_NUMBERS = ("chaos_interval", "preemption_notice", "flex_start_delay", "flex_run_duration")
+_LAB_NUMBERS = ("chaos_interval", "preemption_notice", "flex_start_delay", "flex_run_duration", "boot_delay")
 
 
 def _local_target(exp: Expanded, dep: Deployment, c: Collector, doc) -> None:
@@ -645,7 +645,7 @@ def _local_target(exp: Expanded, dep: Deployment, c: Collector, doc) -> None:
             setattr(lab, name, n if name == "chaos_seed" else float(n))
         dep.lab = lab
     if dep.target == "local":
-        _flex_start_delay(exp, dep, em, c)
+        _resume_waits(exp, dep, em, c)
 
 
 def _resume_timeout(exp: Expanded, dep: Deployment, p: Partition):
@@ -667,29 +667,49 @@ def _resume_timeout(exp: Expanded, dep: Deployment, p: Partition):
     return (ctl.resume_timeout if ctl else Controller.resume_timeout), where, False
 
 
-def _flex_start_delay(exp: Expanded, dep: Deployment, em: ExpandedModule | None, c: Collector) -> None:
-    """On the lab a flex-start nodeset's resumed nodes wait flex_start_delay for their capacity:
-    that must stay below their partitions' ResumeTimeout, or Slurm marks them DOWN first. The
-    error is at the partition's own timeout where it has one, else at flex_start_delay."""
-    delay = dep.lab.flex_start_delay
-    set_delay = em is not None and ("flex_start_delay" in em.explicit or "flex_start_delay" in em.from_vars)
+def _resume_waits(exp: Expanded, dep: Deployment, em: ExpandedModule | None, c: Collector) -> None:
+    """On the lab a resumed node boots boot_delay after slurmctld asks, a flex-start one after
+    waiting flex_start_delay for its capacity as well: that must stay below its partitions'
+    ResumeTimeout, or Slurm marks the node DOWN first. The error is at the partition's own
+    timeout where it has one, else at the lab's setting."""
+    lab = dep.lab
+    reported: set = set()  # one error per place: a controller's timeout covers every nodeset
+
+    def said(name: str) -> bool:
+        return em is not None and (name in em.explicit or name in em.from_vars)
+
     for ns in dep.nodesets:
-        if ns.flex_max_run_duration is None:
+        flex = ns.flex_max_run_duration is not None
+        if not (flex or ns.spot or ns.node_count_dynamic_max):
+            continue  # static nodes boot with the lab
+        if flex:
+            wait = lab.flex_start_delay + lab.boot_delay
+            what = (f"flex-start nodeset '{ns.name}' waits {lab.flex_start_delay:g} s for capacity on the lab "
+                    "(flex_start_delay)" + (f" and {lab.boot_delay:g} s to boot (boot_delay)" if lab.boot_delay else ""))
+            setting = "flex_start_delay" if said("flex_start_delay") or not said("boot_delay") else "boot_delay"
+            lower = "flex_start_delay" + (" + boot_delay" if lab.boot_delay else "")
+            before = "the capacity arrives" if not lab.boot_delay else "they boot"
+        elif lab.boot_delay:
+            wait, setting, lower, before = lab.boot_delay, "boot_delay", "boot_delay", "they boot"
+            what = f"the nodes of nodeset '{ns.name}' take {lab.boot_delay:g} s to boot on the lab (boot_delay)"
+        else:
             continue
         for p in dep.partitions:
             if ns.name not in p.nodesets:
                 continue
             timeout, where, own = _resume_timeout(exp, dep, p)
-            if delay < timeout:
+            if wait < timeout:
                 continue
-            if not own and set_delay:
-                where = _setting_pos(exp, em, "flex_start_delay")
+            if not own and said(setting):
+                where = _setting_pos(exp, em, setting)
             if where is None:
                 where = exp.blueprint.doc.pos(exp.module(ns.module_id).module.path + ("id",))
-            c.add(f"flex-start nodeset '{ns.name}' waits {delay:g} s for capacity on the lab (flex_start_delay), "
-                  f"not less than partition '{p.name}''s ResumeTimeout of {timeout:g} s: Slurm would mark its "
-                  "nodes DOWN before the capacity arrives",
-                  where, f"lower flex_start_delay{f' in {em.id!r}' if em else ' (a ctk/target/local module)'} "
+            if where in reported:
+                continue
+            reported.add(where)
+            c.add(f"{what}, not less than partition '{p.name}''s ResumeTimeout of {timeout:g} s: Slurm would mark "
+                  f"its nodes DOWN before {before}",
+                  where, f"lower {lower}{f' in {em.id!r}' if em else ' (a ctk/target/local module)'} "
                          f"below {timeout:g}, or raise the partition's resume_timeout")
 
 

@@ -175,7 +175,7 @@ LOCAL_TARGET = ModuleKind(
     source="ctk/target/local",
     role="local-target",
     doc="How the lab (the local target) rehearses a cloud: random preemptions of Spot nodes, their notice, "
-        "how long flex-start nodes wait for capacity and how long they run. The cluster stays on the local "
+        "how long flex-start nodes wait for capacity and how long they run, how long a node takes to boot. The cluster stays on the local "
         "target.",
     inputs=(
         _in("chaos_interval", "number", 0,
@@ -190,6 +190,9 @@ LOCAL_TARGET = ModuleKind(
             "Seconds a flex-start node runs on the lab before its capacity is taken back (its jobs are "
             "requeued); null: the nodeset's dws_flex.max_run_duration (at least 600, as Cluster Toolkit "
             "requires). For rehearsing the take-back in minutes rather than hours."),
+        _in("boot_delay", "number", 0,
+            "Seconds a powered-up node takes to boot before its daemons start, as a cloud VM takes about a "
+            "minute; with flex_start_delay, below the partitions' ResumeTimeout."),
     ),
     outputs=(),
 )

@@ -64,7 +64,7 @@ def show(dep: Deployment, target: str = "local", lab: bool = False) -> str:
         chaos = (f"a Spot preemption every {lb.chaos_interval:g} s on average"
                  + (f" (seed {lb.chaos_seed})" if lb.chaos_seed is not None else "")) if lb.chaos_interval else "none"
         out += [f"Lab: preemptions {chaos}; preemption notice {lb.preemption_notice:g} s; "
-                f"flex-start capacity after {lb.flex_start_delay:g} s"]
+                f"flex-start capacity after {lb.flex_start_delay:g} s; nodes boot in {lb.boot_delay:g} s"]
     if dep.ssh_hosts:
         rows = [[h.name, h.role, h.nodeset or "-", f"{h.user}@{h.host}:{h.port}", h.service_manager]
                 for h in dep.ssh_hosts]

@@ -102,6 +102,7 @@ class Agent:
         self.notice = float(cfg["preemption_notice"])
         self.flex_delay = float(cfg["flex_start_delay"])
         self.flex_run = cfg.get("flex_run_duration")
+        self.boot_delay = float(cfg.get("boot_delay") or 0)
         self.chaos = float(cfg.get("chaos_interval") or 0)
         seed = cfg.get("chaos_seed")
         self.rng = random.Random(seed)
@@ -109,6 +110,7 @@ class Agent:
         self.lock = threading.Lock()
         self.busy: set[str] = set()  # nodes being booted, stopped or preempted
         self.capacity_at: dict[str, float] = {}  # flex-start nodes waiting: when they boot
+        self.boot_at: dict[str, tuple[float, str]] = {}  # nodes booting (boot_delay): (when, why), epoch
         self.notices: dict[str, tuple[float, str]] = {}  # node: (when its SIGTERM comes, by whom)
         self.up_since: dict[str, float] = {}  # flex-start nodes: when they booted
         self.next_chaos = self._next_chaos(time.monotonic())
@@ -160,8 +162,6 @@ class Agent:
         try:
             if self.running(name):
                 return
-            # slurmctld takes a node's registration only if the node booted after the resume
-            # request (boot time = now - uptime, in whole seconds): boot in the next second.
             while time.time() < not_before:
                 time.sleep(min(0.05, not_before - time.time()))
             avail = available_mb()
@@ -245,9 +245,10 @@ class Agent:
                     self.capacity_at[name] = now + self.flex_delay
                     self.event("waiting-for-capacity", name, seconds=self.flex_delay)
                 else:
-                    self.submit(name, self._boot, "resume", int(sent) + 1)
+                    self.boot_at[name] = (self.boot_time(sent), "resume")
             elif op == "suspend":
                 self.capacity_at.pop(name, None)
+                self.boot_at.pop(name, None)
                 self.notices.pop(name, None)
                 if self.running(name):
                     self.submit(name, self._stop, "suspend")
@@ -258,6 +259,12 @@ class Agent:
                 self.notices[name] = (now + notice, opts.get("by", "ctk preempt"))
                 self._mark_preempted(name)
                 self.event("notice", name, by=opts.get("by", "ctk preempt"), seconds=notice)
+
+    def boot_time(self, sent: float) -> float:
+        """When a node resumed by a request made at SENT boots: boot_delay later, and at the
+        earliest in the second after SENT (slurmctld takes a node's registration only if the node
+        booted after the resume request, its boot time being now - uptime in whole seconds)."""
+        return max(int(sent) + 1.0, sent + self.boot_delay)
 
     def _mark_preempted(self, name: str) -> None:
         """The node's own view of its notice: /run/ctk/preempted (the metadata server's
@@ -313,8 +320,13 @@ class Agent:
                 self.handle(line, sent)
         now = time.monotonic()
         for name, at in list(self.capacity_at.items()):
-            if at <= now and self.submit(name, self._boot, "flex-start capacity arrived"):
+            if at <= now:
                 del self.capacity_at[name]
+                self.boot_at[name] = (time.time() + self.boot_delay, "flex-start capacity arrived")
+        wall = time.time()
+        for name, (at, why) in list(self.boot_at.items()):
+            if at - POLL <= wall and self.submit(name, self._boot, why, at):
+                del self.boot_at[name]
         for name, (at, by) in list(self.notices.items()):
             if at <= now and self.submit(name, self._take_back, by):
                 del self.notices[name]

@@ -595,7 +595,7 @@ def agent_config(plan: LabPlan, deployment_dir: str, specs: dict[str, nodes.Node
     lab = plan.dep.lab
     return {"deployment_dir": os.path.abspath(deployment_dir), "n": plan.n,
             "preemption_notice": lab.preemption_notice, "flex_start_delay": lab.flex_start_delay,
-            "flex_run_duration": lab.flex_run_duration,
+            "flex_run_duration": lab.flex_run_duration, "boot_delay": lab.boot_delay,
             "chaos_interval": lab.chaos_interval, "chaos_seed": lab.chaos_seed,
             "nodes": {x.name: {"host": x.host, "dynamic": x.dynamic, "spot": x.spot, "flex": x.flex,
                                "spec": asdict(specs[x.name])}
