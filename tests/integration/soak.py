@@ -31,6 +31,7 @@ BLUEPRINT = os.path.join(paths.BLUEPRINTS, "elastic-lab.yaml")
 TRAIN = os.path.join(paths.SBATCH, "examples", "train.py")
 PY = "/opt/ctk/jax/bin/python"
 IN_FLIGHT = {"spot": 2, "flex": 1}  # jobs kept running per partition (2 nodes each)
+CHECKPOINT_EVERY = 5  # train.py --checkpoint-every
 ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE")
 
 
@@ -45,6 +46,44 @@ def log(msg: str) -> None:
 def final_line(text: str) -> str | None:
     lines = [ln for ln in text.splitlines() if ln.startswith("train: final ")]
     return lines[-1] if lines else None
+
+
+def parse_runs(text: str) -> list[dict]:
+    """The runs of a job whose log holds all of them (--open-mode=append), as train.py printed
+    them: each begins at `train: restart K`; START is the step it began from (0 or the checkpoint
+    it resumed from), LAST the last step it printed, SAVED the step of the checkpoint it saved on
+    SIGTERM. A run cut short before jax.distributed.initialize() printed nothing and is not there;
+    one whose node was lost may lack its last lines (they come back through srun)."""
+    runs: list[dict] = []
+    for line in text.splitlines():
+        if m := re.match(r"train: restart (\d+)$", line):
+            runs.append({"restart": int(m.group(1)), "start": None, "last": None, "saved": None})
+        elif not runs:
+            continue
+        elif line == "train: starting from step 0":
+            runs[-1]["start"] = 0
+        elif m := re.match(r"train: resumed from step (\d+)$", line):
+            runs[-1]["start"] = int(m.group(1))
+        elif m := re.match(r"step=(\d+) loss=", line):
+            runs[-1]["last"] = int(m.group(1))
+        elif m := re.match(r"train: preempted at step (\d+): checkpoint saved", line):
+            runs[-1]["saved"] = int(m.group(1))
+    return runs
+
+
+def committed_before(runs: list[dict], every: int) -> int:
+    """The step of the newest checkpoint these runs are known to have committed: one saved on
+    SIGTERM (train.py waits for it before it says so), or a periodic one two saves back from
+    the last step printed (orbax's save() waits for the save before it, and train.py prints a
+    step before saving it: once `step=M` is out, the save at the last multiple of EVERY below M
+    has begun, so the one before it is committed)."""
+    best = 0
+    for r in runs:
+        if r["saved"]:
+            best = max(best, r["saved"])
+        if r["last"]:
+            best = max(best, ((r["last"] - 1) // every - 1) * every)
+    return best
 
 
 def main(argv=None) -> int:
@@ -66,7 +105,8 @@ def main(argv=None) -> int:
     signal.signal(signal.SIGTERM, stop)
     os.makedirs(args.out, exist_ok=True)
     dep = os.path.join(args.out, "dep")
-    result: dict = {"seconds": args.seconds, "chaos": args.chaos, "seed": args.seed, "steps": args.steps}
+    result: dict = {"seconds": args.seconds, "chaos": args.chaos, "seed": args.seed, "steps": args.steps,
+                    "checkpoint_every": CHECKPOINT_EVERY}
     t0 = time.monotonic()
     r = ctk("deploy", BLUEPRINT, "--vars", "deployment_name=soak", "-o", dep, "--chaos", args.chaos,
             "--chaos-seed", str(args.seed), "--json")
@@ -103,7 +143,7 @@ def _soak(args, dep: str, result: dict) -> None:
     shutil.copy(TRAIN, os.path.join(dep, "lab", "home", "train.py"))
 
     def cmd(ckpt: str) -> list[str]:
-        return [PY, "/home/train.py", "--steps", str(args.steps), "--checkpoint-every", "5",
+        return [PY, "/home/train.py", "--steps", str(args.steps), "--checkpoint-every", str(CHECKPOINT_EVERY),
                 "--checkpoint-dir", f"/home/{ckpt}", "--sleep", str(args.sleep)]
 
     ref = submit("jax-train", {"nodes": 2, "partition": "debug"}, dep, command=cmd("ckpt-reference")[:-2] + ["--sleep", "0"])
@@ -143,10 +183,11 @@ def _soak(args, dep: str, result: dict) -> None:
     out = []
     for j in jobs:
         text = j["job"].logs()
+        runs = parse_runs(text)
         out.append({"id": j["id"], "partition": j["partition"], "state": j["state"], "submitted": j["submitted"],
-                    "restarts": len(re.findall(r"^train: restart [1-9]", text, re.M)),
-                    "resumed_from": [int(x) for x in re.findall(r"^train: resumed from step (\d+)$", text, re.M)],
-                    "final": final_line(text)})
+                    "restarts": sum(1 for r in runs if r["restart"] > 0),
+                    "resumed_from": [r["start"] for r in runs if r["start"]],
+                    "runs": runs, "final": final_line(text)})
     result["jobs"] = out
     events = read_events(os.path.join(os.path.abspath(dep), "lab", "power"))
     result["events"] = events

@@ -16,6 +16,7 @@ from ctk import paths
 from ctk.targets.labagent import read_events
 from ctk.targets.local import status_local
 from .conftest import ctk, soak_result
+from .soak import committed_before
 from .test_jobs import check_resumed, final_line, submit_preemptible, train_cmd, wait_for_step
 from .test_local_target import deploy
 
@@ -150,8 +151,18 @@ def test_the_soak_ends_every_job_completed_with_the_uninterrupted_loss(lab_build
     flex_back = [e for e in events if e["event"] == "sigterm" and str(e.get("by", "")).startswith("flex-start")]
     waits = [e for e in events if e["event"] == "waiting-for-capacity"]
     assert flex_back and waits
+    # a run resumes from the newest checkpoint the runs before it are known to have committed (a
+    # job preempted before its first checkpoint starts again from step 0), and some did resume
     requeued = [j for j in jobs if j["restarts"]]
-    assert requeued and all(j["resumed_from"] for j in requeued), requeued
+    assert requeued and any(j["resumed_from"] for j in requeued), requeued
+    for j in requeued:
+        runs = j["runs"]
+        for k, run in enumerate(runs[1:], 1):
+            if run["start"] is None:  # cut short between its first line and its restore
+                assert run is not runs[-1] and run["last"] is None, (j["id"], runs)
+                continue
+            floor = committed_before(runs[:k], res["checkpoint_every"])
+            assert run["start"] >= floor, (j["id"], floor, runs)
     assert res["squeue"].strip() == "", res["squeue"]
     states = dict(line.split() for line in res["sinfo"].splitlines() if line.strip())
     assert not [n for n, s in states.items() if s.startswith(("down", "drain", "fail"))], states
