@@ -66,9 +66,10 @@ def add_parsers(sub) -> None:
                        description="Give each NODE (a powered-up node of a Spot or preemptible nodeset of a "
                        "lab) its preemption notice: after NOTICE seconds Slurm marks it DOWN (its jobs are "
                        "requeued and get SIGTERM), every process of the node gets SIGTERM, and the node goes "
-                       "down. A dynamic node is then powered down, to be powered up again by the next job "
-                       "that needs it; a static one boots again. The lab's agent does it; ctk status and "
-                       "DIR/lab/power/events.log show each step.")
+                       "down. It stays powered down (a static node too) until the next job that needs it powers "
+                       "it up again. The lab's agent does it; ctk status and DIR/lab/power/events.log show "
+                       "each step. Exit status: 0 done, 2 a NODE that is not a powered-up Spot or "
+                       "preemptible node of the lab (nothing is preempted), 1 the agent did not do it.")
     p.add_argument("dir", help="deployment folder (local target)")
     p.add_argument("nodes", nargs="+", metavar="NODE", help="node names or Slurm hostlists (see ctk status)")
     p.add_argument("--notice", type=float, default=None, metavar="SECONDS",
