@@ -139,6 +139,16 @@ def test_chaos_refuses_what_is_neither(text):
         chaos_rate(text)
 
 
+def test_deploy_chaos_on_a_lab_with_no_spot_node_is_refused_before_anything_is_made(tmp_path, capsys):
+    from ctk.cli import main
+    out = tmp_path / "dep"
+    rc = main(["deploy", os.path.join(paths.BLUEPRINTS, "lab.yaml"), "-o", str(out), "--chaos", "1m"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--chaos: no nodeset of" in err and "is Spot or preemptible" in err, err
+    assert "hint: mark a nodeset enable_spot_vm: true" in err and "Traceback" not in err
+    assert not out.exists()
+
+
 def test_deploy_chaos_is_a_usage_error_with_exit_2(capsys):
     from ctk.cli import main
     with pytest.raises(SystemExit) as e:

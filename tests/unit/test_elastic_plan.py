@@ -386,8 +386,17 @@ def test_negative_lab_settings(tmp_path, capsys, setting):
     refused(bp, capsys, at(bp, setting, value), f"setting '{name}' of module 'lab' must be a ")
 
 
+def test_chaos_without_a_spot_nodeset(tmp_path, capsys):
+    bp = ctk_bp(tmp_path, tail=lab("      chaos_interval: 60\n"))
+    refused(bp, capsys, at(bp, "chaos_interval: 60", "60"),
+            "setting 'chaos_interval' of module 'lab' preempts random Spot nodes, but no nodeset of this "
+            "blueprint is Spot or preemptible", "mark a nodeset enable_spot_vm: true")
+    spot = ctk_bp(tmp_path, dyn="      enable_spot_vm: true\n", tail=lab("      chaos_interval: 60\n"))
+    assert process(spot).deployment.lab.chaos_interval == 60.0
+
+
 def test_two_local_target_modules(tmp_path, capsys):
-    bp = ctk_bp(tmp_path, tail=lab("      chaos_interval: 5\n") + "  - id: lab2\n    source: ctk/target/local\n")
+    bp = ctk_bp(tmp_path, tail=lab("      preemption_notice: 5\n") + "  - id: lab2\n    source: ctk/target/local\n")
     refused(bp, capsys, at(bp, "id: lab2", "lab2"), "a blueprint has one local target module",
             "'lab' already holds the lab's settings")
 
@@ -398,14 +407,14 @@ def test_two_local_target_modules(tmp_path, capsys):
 ])
 def test_a_local_target_with_another_target(tmp_path, capsys, other, kind):
     # The second of the two, in blueprint order, is the error, whichever it is.
-    bp = ctk_bp(tmp_path, tail=lab("      chaos_interval: 5\n") + other)
+    bp = ctk_bp(tmp_path, tail=lab("      preemption_notice: 5\n") + other)
     rc, errs = validate(bp, capsys)
     second = other.split("id: ")[1].split("\n")[0]
     assert rc == 2
     assert any(f"{e['line']}:{e['col']}" == at(bp, f"id: {second}", second)
                and e["message"] == f"a blueprint goes to one target: it has both a local and {kind} target module"
                for e in errs), errs
-    before = ctk_bp(tmp_path, tail=other + lab("      chaos_interval: 5\n"))
+    before = ctk_bp(tmp_path, tail=other + lab("      preemption_notice: 5\n"))
     rc, errs = validate(before, capsys)
     assert rc == 2
     assert any(f"{e['line']}:{e['col']}" == at(before, "id: lab", "lab") and "both a local and a" in e["message"]
@@ -610,5 +619,5 @@ def test_show_without_spot_flex_or_lab_module_is_unchanged(tmp_path, capsys):
     out = show(ctk_bp(tmp_path, flex=""), capsys)
     assert "CAPACITY" not in out and "Lab:" not in out
     # The lab's settings are the local target's: not listed for another.
-    out = show(ctk_bp(tmp_path, tail=lab("      chaos_interval: 5\n")), capsys, "--target", "gcp")
+    out = show(ctk_bp(tmp_path, tail=lab("      preemption_notice: 5\n")), capsys, "--target", "gcp")
     assert "Lab:" not in out

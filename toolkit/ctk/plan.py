@@ -616,6 +616,7 @@ def _target_module(exp: Expanded, role: str, what: str, hint: str, c: Collector,
 
 # ---- the local target (the lab) -------------------------------------------------------------
 
+NO_SPOT_HINT = "mark a nodeset enable_spot_vm: true (preemptible: true on Cluster Toolkit's TPU nodesets)"
 _LAB_NUMBERS = ("chaos_interval", "preemption_notice", "flex_start_delay", "flex_run_duration", "boot_delay")
 
 
@@ -643,6 +644,10 @@ def _local_target(exp: Expanded, dep: Deployment, c: Collector, doc) -> None:
                       _setting_pos(exp, em, name), em.schema.input(name).doc)
                 continue
             setattr(lab, name, n if name == "chaos_seed" else float(n))
+        if lab.chaos_interval and not any(ns.spot for ns in dep.nodesets):
+            c.add(f"setting 'chaos_interval' of module '{em.id}' preempts random Spot nodes, but no nodeset of "
+                  "this blueprint is Spot or preemptible: there would be nothing to preempt",
+                  _setting_pos(exp, em, "chaos_interval"), NO_SPOT_HINT + ", or remove chaos_interval")
         dep.lab = lab
     if dep.target == "local":
         _resume_waits(exp, dep, em, c)

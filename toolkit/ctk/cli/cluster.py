@@ -8,6 +8,7 @@ import os
 import sys
 
 from ..errors import EXIT_FAIL, EXIT_OK, UserError
+from ..plan import NO_SPOT_HINT
 from .common import BlueprintRef, blueprint_args, progress_of
 
 
@@ -115,6 +116,9 @@ def deploy(args) -> int:
         if exp.deployment.target != "local":
             raise UserError(f"--chaos: the blueprint's target is {exp.deployment.target}; preemptions are "
                             "rehearsed on the local target only")
+        if args.chaos and not any(ns.spot for ns in exp.deployment.nodesets):
+            raise UserError(f"--chaos: no nodeset of {args.blueprint} is Spot or preemptible: there would be "
+                            "nothing to preempt", hint=NO_SPOT_HINT)
         if args.chaos is not None:
             exp.deployment.lab.chaos_interval = args.chaos
         if args.chaos_seed is not None:
