@@ -166,6 +166,19 @@ def test_power_states_come_from_sinfos_flags(state, running, power):
     assert power_state(state, running) == power
 
 
+def test_status_shows_each_nodes_power_and_capacity():
+    from ctk.targets.base import NodeStatus, Status
+
+    nodes = [NodeStatus("d-0", "compute", "198.18.4.2", True, slurm_state="idle"),
+             NodeStatus("s-0", "compute", "198.18.4.3", False, slurm_state="idle#", power="powering-up", spot=True),
+             NodeStatus("f-0", "compute", "198.18.4.4", True, slurm_state="mixed", power="on", flex=True),
+             NodeStatus("y-0", "compute", "198.18.4.5", False, slurm_state="idle~", power="off")]
+    rows = {ln.split()[0]: ln.split()[4:] for ln in Status("lab", "local", True, nodes).render().splitlines()
+            if ln.startswith(("d-0", "s-0", "f-0", "y-0", "NODE"))}
+    assert rows == {"NODE": ["POWER", "SLURM"], "d-0": ["static", "idle"], "s-0": ["powering-up", "spot", "idle#"],
+                    "f-0": ["on", "flex", "mixed"], "y-0": ["off", "idle~"]}
+
+
 # ---- the agent's requests ---------------------------------------------------------------------
 
 def _agent(tmp_path, **cfg):

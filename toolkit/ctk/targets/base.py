@@ -47,6 +47,7 @@ class NodeStatus:
     # "powering-down"; None for static nodes.
     power: str | None = None
     spot: bool | None = None  # a lab node that can be preempted
+    flex: bool | None = None  # a lab node on flex-start capacity (arrives late, taken back)
 
 
 def power_state(slurm_state: str | None, running: bool) -> str:
@@ -130,7 +131,7 @@ class Status:
                     proc = "DEAD:" + ",".join(x.dead_services)
                 else:
                     proc = "-" if x.power else "DOWN"
-                pw = (x.power or "static") + (" spot" if x.spot else "")
+                pw = (x.power or "static") + (" spot" if x.spot else "") + (" flex" if x.flex else "")
                 lines.append(f"{x.name:<{w}}  {x.role:<10} {x.addr:<14} {proc:<8} "
                              + (f"{pw if x.role == 'compute' else '':<14} " if power else "")
                              + f"{x.slurm_state or '-'}")

@@ -912,7 +912,8 @@ def status_local(deployment_dir: str) -> Status:
         out_nodes.append(NodeStatus(x["name"], x["role"], x["addr"], running and not dead, dead, sst,
                                     image=x["image"], ssh=ssh,
                                     power=power_state(sst, running) if x.get("dynamic") else None,
-                                    spot=True if x.get("spot") else None))
+                                    spot=True if x.get("spot") else None,
+                                    flex=True if x.get("flex") else None))
     parts = _ask(deployment_dir, *SINFO_PARTITIONS)
     acct = None
     if state.get("accounting"):
