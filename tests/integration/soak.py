@@ -183,11 +183,8 @@ def _soak(args, dep: str, result: dict) -> None:
     out = []
     for j in jobs:
         text = j["job"].logs()
-        runs = parse_runs(text)
         out.append({"id": j["id"], "partition": j["partition"], "state": j["state"], "submitted": j["submitted"],
-                    "restarts": sum(1 for r in runs if r["restart"] > 0),
-                    "resumed_from": [r["start"] for r in runs if r["start"]],
-                    "runs": runs, "final": final_line(text)})
+                    "runs": parse_runs(text), "final": final_line(text)})
     result["jobs"] = out
     events = read_events(os.path.join(os.path.abspath(dep), "lab", "power"))
     result["events"] = events

@@ -153,8 +153,8 @@ def test_the_soak_ends_every_job_completed_with_the_uninterrupted_loss(lab_build
     assert flex_back and waits
     # a run resumes from the newest checkpoint the runs before it are known to have committed (a
     # job preempted before its first checkpoint starts again from step 0), and some did resume
-    requeued = [j for j in jobs if j["restarts"]]
-    assert requeued and any(j["resumed_from"] for j in requeued), requeued
+    requeued = [j for j in jobs if any(r["restart"] for r in j["runs"])]
+    assert requeued and any(r["start"] for j in requeued for r in j["runs"]), requeued
     for j in requeued:
         runs = j["runs"]
         for k, run in enumerate(runs[1:], 1):

@@ -204,6 +204,10 @@ class Unsupported:
     reason: str  # "not modelled" | "remote source"
 
 
+# How a nodeset becomes one a preemption can hit (ctk preempt, chaos): said where there is none.
+NO_SPOT_HINT = "mark a nodeset enable_spot_vm: true (preemptible: true on Cluster Toolkit's TPU nodesets)"
+
+
 @dataclass
 class LabSettings:
     """How the local target rehearses a cloud (a ctk/target/local module's settings)."""

@@ -12,8 +12,8 @@ from typing import Any
 from .blueprint.errors import BlueprintError, Collector, did_you_mean
 from .blueprint.expand import Expanded, ExpandedModule
 from .blueprint.expression import CannotEvaluate, Deferred, is_deferred
-from .model import (BASES, BASE_PYTHON, DEFAULT_BASE, Controller, Deployment, ImageSpec, LabSettings, Login,
-                     Nodeset, Partition, SharedFs, SshHost, Unsupported, base_python)
+from .model import (BASES, BASE_PYTHON, DEFAULT_BASE, NO_SPOT_HINT, Controller, Deployment, ImageSpec, LabSettings,
+                     Login, Nodeset, Partition, SharedFs, SshHost, Unsupported, base_python)
 from .modules import ctk_kinds, is_remote
 from .modules.ctk_kinds import CLOUD_PARAMETERS_KEYS, DWS_FLEX_KEYS, SERVICE_MANAGERS, SSH_HOST_KEYS, SSH_ROLES
 from .modules import slurm_gcp
@@ -616,7 +616,6 @@ def _target_module(exp: Expanded, role: str, what: str, hint: str, c: Collector,
 
 # ---- the local target (the lab) -------------------------------------------------------------
 
-NO_SPOT_HINT = "mark a nodeset enable_spot_vm: true (preemptible: true on Cluster Toolkit's TPU nodesets)"
 _LAB_NUMBERS = ("chaos_interval", "preemption_notice", "flex_start_delay", "flex_run_duration", "boot_delay")
 
 

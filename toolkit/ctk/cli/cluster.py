@@ -8,7 +8,7 @@ import os
 import sys
 
 from ..errors import EXIT_FAIL, EXIT_OK, UserError
-from ..plan import NO_SPOT_HINT
+from ..model import NO_SPOT_HINT
 from .common import BlueprintRef, blueprint_args, progress_of
 
 

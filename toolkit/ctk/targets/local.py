@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 
 from .. import atomic
 from ..errors import UserError, did_you_mean
-from ..model import DEFAULT_BASE, HEALTH_CHECK, JAX_TASK_PROLOG, Deployment, ImageSpec
+from ..model import DEFAULT_BASE, HEALTH_CHECK, JAX_TASK_PROLOG, NO_SPOT_HINT, Deployment, ImageSpec
 from ..progress import Progress
 from ..render.hostlist import compress
 from ..sandbox import netns
@@ -958,7 +958,7 @@ def preempt_local(deployment_dir: str, names: list[str], notice: float | None = 
             spot = compress([k for k, v in by_name.items() if v.get("spot")])
             raise UserError(f"ctk preempt: {name} is not a Spot or preemptible node: Google Cloud does not "
                             "preempt it", hint=f"Spot nodes of this lab: {spot}" if spot else
-                            "mark a nodeset enable_spot_vm: true (preemptible: true for TPUs)")
+                            NO_SPOT_HINT)
         if nodes.node_pid(os.path.join(lab_dir(deployment_dir), "nodes", name)) is None:
             raise UserError(f"ctk preempt: {name} is powered down: there is nothing to preempt",
                             hint="a job on its partition powers it up")
