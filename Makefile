@@ -52,7 +52,8 @@ testdeps: deps $(ANSIBLE_STAMP)
 
 # The main job on the local target: build and verify the lab image (cached after the first
 # run), boot the lab cluster, run a 2-node job on it, train a small JAX model data-parallel on
-# 2 nodes (submitted through the login node over SSH), and leave the cluster up.
+# 2 nodes (submitted through the login node over SSH, as the lab's user researcher), and leave
+# the cluster up.
 LAB_SSH := -F lab/lab/ssh_config
 demo: deps
 	$(VENV)/bin/ctk show blueprints/lab.yaml
@@ -65,7 +66,7 @@ demo: deps
 	ssh $(LAB_SSH) lab-login-0 rm -rf ckpt-demo
 	@set -e; host="--host lab-login-0 --ssh-config lab/lab/ssh_config"; \
 	id=$$($(VENV)/bin/ctk job submit jax-train --nodes 2 --set partition=debug --set preemptible=true $$host \
-	  --wait -- python3 /root/train.py --steps 50 --checkpoint-dir /root/ckpt-demo); \
+	  --wait -- python3 /home/researcher/train.py --steps 50 --checkpoint-dir /home/researcher/ckpt-demo); \
 	$(VENV)/bin/ctk job logs $$id $$host | grep -E '^(train:|step=(1|10|20|30|40|50) )'
 	@echo
 	@echo "The lab cluster is up. Use it: eval \"\$$(.venv/bin/ctk env lab)\"; sinfo  --  ctk status lab  --  stop it: .venv/bin/ctk destroy lab"

@@ -59,14 +59,26 @@ def without_host_slurm(path: str) -> str:
                            if d and not any(os.path.exists(os.path.join(d, c)) for c in SLURM_COMMANDS))
 
 
-def lab_env(deployment_dir: str) -> dict:
-    """The environment `eval "$(ctk env DIR)"` makes, with no host Slurm command left on PATH."""
-    r = ctk("env", deployment_dir)
+LAB_USER = "researcher"  # the lab's user when the blueprint names none
+USER_HOME = f"/home/{LAB_USER}"
+
+
+def user_home(deployment_dir: str) -> str:
+    """The lab's user's home on this machine (/home/researcher in the nodes)."""
+    return os.path.join(deployment_dir, "lab", "home", LAB_USER)
+
+
+def lab_env(deployment_dir: str, user: str | None = None) -> dict:
+    """The environment `eval "$(ctk env DIR [--user USER])"` makes, with no host Slurm command
+    left on PATH."""
+    r = ctk("env", deployment_dir, *(["--user", user] if user else []))
     assert r.returncode == 0, r.stderr
-    m = re.fullmatch(r"export PATH=(\S+):\"\$PATH\"\n", r.stdout)
+    m = re.fullmatch(r"export PATH=(\S+):\"\$PATH\"\n" + (rf"export CTK_LAB_USER={user}\n" if user else ""), r.stdout)
     assert m, r.stdout
-    env = {k: v for k, v in os.environ.items() if k != "SLURM_CONF"}
+    env = {k: v for k, v in os.environ.items() if k not in ("SLURM_CONF", "CTK_LAB_USER")}
     env["PATH"] = m.group(1) + os.pathsep + without_host_slurm(os.environ["PATH"])
+    if user:
+        env["CTK_LAB_USER"] = user
     return env
 
 

@@ -79,8 +79,8 @@ class HostSlurm:
 
 
 class NodeProc(Proc):
-    """A daemon started in a node with nsenter. nsenter forks once and the daemon replaces that
-    child (chroot and env exec it), so the daemon is nsenter's only child: stopping signals it."""
+    """A daemon started in a node with ctk.sandbox.enter, which forks once and the daemon replaces
+    that child, so the daemon is its only child: stopping signals it."""
 
     def stop(self, timeout: float = 15.0) -> int | None:
         if self.popen.poll() is None:
@@ -114,9 +114,7 @@ class NodeSlurm:
         nodes.stop(self.spec.state_dir)
 
     def _argv(self, argv: list[str], env: dict[str, str] | None) -> list[str]:
-        # exec_argv starts the command with `env -i PATH=... HOME=... LANG=...`: more NAME=VALUE
-        # words before the command are the rest of its environment.
-        return nodes.exec_argv(self.spec.state_dir, [f"{k}={v}" for k, v in (env or {}).items()] + argv)
+        return nodes.exec_argv(self.spec.state_dir, argv, env=env)
 
     def version(self) -> tuple[int, int]:
         return slurm_version(self.run(["slurmctld", "-V"], check=True).stdout)

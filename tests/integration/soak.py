@@ -140,11 +140,11 @@ def _soak(args, dep: str, result: dict) -> None:
     from ctk.targets.labagent import read_events
     from ctk.targets.labclient import slurm
 
-    shutil.copy(TRAIN, os.path.join(dep, "lab", "home", "train.py"))
+    shutil.copy(TRAIN, os.path.join(dep, "lab", "home", "researcher", "train.py"))
 
     def cmd(ckpt: str) -> list[str]:
-        return [PY, "/home/train.py", "--steps", str(args.steps), "--checkpoint-every", str(CHECKPOINT_EVERY),
-                "--checkpoint-dir", f"/home/{ckpt}", "--sleep", str(args.sleep)]
+        return [PY, "/home/researcher/train.py", "--steps", str(args.steps), "--checkpoint-every",
+                str(CHECKPOINT_EVERY), "--checkpoint-dir", f"/home/researcher/{ckpt}", "--sleep", str(args.sleep)]
 
     ref = submit("jax-train", {"nodes": 2, "partition": "debug"}, dep, command=cmd("ckpt-reference")[:-2] + ["--sleep", "0"])
     state = ref.wait(timeout=600)

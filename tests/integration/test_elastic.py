@@ -15,7 +15,7 @@ import pytest
 from ctk import paths
 from ctk.targets.labagent import read_events
 from ctk.targets.local import status_local
-from .conftest import ctk, soak_result
+from .conftest import ctk, soak_result, user_home
 from .soak import committed_before
 from .test_jobs import check_resumed, final_line, submit_preemptible, train_cmd, wait_for_step
 from .test_local_target import deploy
@@ -33,7 +33,7 @@ ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL")
 @pytest.fixture(scope="module")
 def elab(lab_build, state, tmp_path_factory):
     lab = deploy(tmp_path_factory, state, "elastic", ELASTIC)
-    shutil.copy(TRAIN, os.path.join(lab.path, "lab", "home", "train.py"))
+    shutil.copy(TRAIN, os.path.join(user_home(lab.path), "train.py"))
     yield lab
     lab.ctk("destroy", lab.path)
 
@@ -112,9 +112,17 @@ def test_train_on_two_spot_nodes_survives_ctk_preempt_with_the_same_final_step_a
     nodes_ = elab.slurm("scontrol", "show", "hostnames", job_info(elab, job.id)["NodeList"]).stdout.split()
     assert len(nodes_) == 2 and all("spot" in n for n in nodes_)
     victim = nodes_[1]
-    r = elab.ctk("preempt", elab.path, victim, "--notice", "2", "--wait", "--json")
+    r = elab.ctk("preempt", elab.path, victim, "--notice", "5", "--json")
     assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout) == [{"node": victim, "state": "down", "detail": "preempted; its jobs were requeued"}]
+    assert json.loads(r.stdout) == [{"node": victim, "state": "notice", "detail": "SIGTERM in 5 s"}]
+    # The notice, as a job on the node reads it (the metadata server's instance/preempted)
+    seen = elab.ctk("exec", "--user", "researcher", elab.path, victim, "--", "cat", "/run/ctk/preempted")
+    assert (seen.returncode, seen.stdout) == (0, "TRUE\n"), (seen.stdout, seen.stderr)
+    deadline = time.monotonic() + 60
+    while not any(e["event"] == "down" and e.get("node") == victim and e["epoch"] >= t0
+                  for e in read_events(os.path.join(elab.path, "lab", "power"))):
+        assert time.monotonic() < deadline, "the preempted node did not go down"
+        time.sleep(0.2)
     assert job.wait(timeout=400) == "COMPLETED", job.logs(stderr=True)[-3000:]
     check_resumed(job, 40, expected, lost_node_after=8)
     assert job.exit_code() == 0 and job_info(elab, job.id).get("Restarts") == "1"
@@ -124,7 +132,7 @@ def test_train_on_two_spot_nodes_survives_ctk_preempt_with_the_same_final_step_a
     sigterm = next(e for e in events if e["event"] == "sigterm" and e.get("node") == victim)
     assert sigterm["jobs"] == [job.id]
     notice = next(e for e in events if e["event"] == "notice" and e.get("node") == victim)
-    assert 1.9 <= sigterm["epoch"] - notice["epoch"] < 6
+    assert 4.9 <= sigterm["epoch"] - notice["epoch"] < 9
     # not a Spot node, or powered down: refused, exit 2
     r = elab.ctk("preempt", elab.path, "elasticlabdebugnodeset-0")
     assert r.returncode == 2 and "not a Spot or preemptible node" in r.stderr and "elasticlabspot-[0-3]" in r.stderr

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from ctk import paths
-from .conftest import LAB, ctk
+from .conftest import LAB, LAB_USER, USER_HOME, ctk, user_home
 from .test_local_target import deploy
 
 pytestmark = pytest.mark.integration
@@ -25,7 +25,7 @@ TRAIN = os.path.join(paths.SBATCH, "examples", "train.py")
 
 
 def _with_train(lab):
-    shutil.copy(TRAIN, os.path.join(lab.path, "lab", "home", "train.py"))
+    shutil.copy(TRAIN, os.path.join(user_home(lab.path), "train.py"))
     return lab
 
 
@@ -57,7 +57,7 @@ def host_env(lab, tmp_path):
 VARIANTS = {
     "cpu": ["jax-train", "--nodes", "2", "--set", "partition=debug"],
     "cpu-preemptible": ["jax-train", "--nodes", "2", "--set", "preemptible=true",
-                        "--set", "checkpoint_hook=[touch, /home/ckpt-now]"],
+                        "--set", "checkpoint_hook=[touch, /home/researcher/ckpt-now]"],
     "gpu-tcp": ["jax-train", "--nodes", "2", "--nodeset", "gpunodeset", "--set", "network=tcp"],
     "gpu-tcpx": ["jax-train", "--nodes", "2", "--nodeset", "gpunodeset", "--set", "network=gpudirect-tcpx"],
     "gpu-tcpxo": ["jax-train", "--nodes", "2", "--nodeset", "gpunodeset"],  # a3-mega's own network
@@ -91,8 +91,8 @@ def test_every_template_variant_passes_sbatch_test_only_on_the_lab(lab):
 # ---- train.py, requeued mid-run ----------------------------------------------------------
 
 def train_cmd(ckpt, steps, sleep):
-    return ["--", PY, "/home/train.py", "--steps", str(steps), "--checkpoint-every", "5",
-            "--checkpoint-dir", f"/home/{ckpt}", "--sleep", str(sleep)]
+    return ["--", PY, f"{USER_HOME}/train.py", "--steps", str(steps), "--checkpoint-every", "5",
+            "--checkpoint-dir", f"{USER_HOME}/{ckpt}", "--sleep", str(sleep)]
 
 
 def final_line(text):
@@ -185,8 +185,8 @@ def test_train_requeued_with_scontrol_resumes_from_its_checkpoint(lab, plain40):
 def test_usr2_runs_the_checkpoint_hook_then_requeues_the_job(lab, plain40):
     """What Slurm does 90 s before the time limit (--signal=B:USR2@90), sent now: the batch
     script's trap runs the hook and requeues; train.py checkpoints on the SIGTERM that follows."""
-    marker = os.path.join(lab.path, "lab", "home", "hook-ran")
-    job = submit_preemptible(lab, "ckpt-usr2", 40, 0.3, checkpoint_hook=["touch", "/home/hook-ran"])
+    marker = os.path.join(user_home(lab.path), "hook-ran")
+    job = submit_preemptible(lab, "ckpt-usr2", 40, 0.3, checkpoint_hook=["touch", f"{USER_HOME}/hook-ran"])
     wait_for_step(job, 8)
     assert not os.path.exists(marker)
     lab.slurm("scancel", "--batch", "--signal=USR2", job.id)
@@ -230,8 +230,8 @@ def test_submit_follow_logs_and_cancel_through_the_login_node_over_ssh(lab, tmp_
     logs = ctk("job", "logs", jid, *host, env=env).stdout
     fields = [dict(kv.split("=") for kv in ln.split()[1:]) for ln in logs.splitlines() if ln.startswith("ctk-smoke ")]
     assert sorted(f["process"] for f in fields) == ["0", "1"] and {f["reduced"] for f in fields} == {"2"}
-    # the script and the log are on the login node's home (root's, shared by every lab node)
-    root = os.path.join(lab.path, "lab", "root", ".ctk-jobs")
+    # the script and the log are in the lab's user's home on the login node (shared by every node)
+    root = os.path.join(user_home(lab.path), ".ctk-jobs")
     assert any(n.startswith("jax-smoke-") for n in os.listdir(root))
     assert os.path.exists(os.path.join(root, f"jax-smoke-{jid}.out"))
 
@@ -251,7 +251,7 @@ def test_submit_follow_logs_and_cancel_through_the_login_node_over_ssh(lab, tmp_
     assert {x["id"]: x["state"] for x in rows} == {jid: "COMPLETED", sleeper: "CANCELLED"}
     listed = json.loads(ctk("job", "list", *host, "--json", env=env).stdout)
     assert [x["id"] for x in listed] == [jid, sleeper]
-    assert all(x["cluster"] == f"ssh://root@{login['addr']}:{login['ssh']['port']}" for x in listed)
+    assert all(x["cluster"] == f"ssh://{LAB_USER}@{login['addr']}:{login['ssh']['port']}" for x in listed)
 
 
 def test_a_wrong_host_key_is_refused(lab, tmp_path):

@@ -5,6 +5,7 @@ import json
 import os
 import re
 import shlex
+import stat
 import shutil
 import subprocess
 import sys
@@ -13,7 +14,7 @@ import time
 import pytest
 
 from conftest import FIXTURES
-from .conftest import LAB, ctk, lab_env
+from .conftest import LAB, ctk, lab_env, user_home
 
 pytestmark = pytest.mark.integration
 for tool in ("slurmctld", "packer", "debootstrap"):
@@ -32,9 +33,9 @@ class Lab:
         return ctk(*args, env=self.env, timeout=timeout)
 
     def slurm(self, *argv, check=True, timeout=60):
-        """The lab's own Slurm command, through the wrappers `ctk env` puts on PATH, with no
-        host Slurm command on PATH, from the lab's shared /root."""
-        r = subprocess.run(list(argv), capture_output=True, text=True, env=lab_env(self.path), timeout=timeout,
+        """The lab's own Slurm command, through the wrappers `ctk env --user root` puts on PATH
+        (an admin's), with no host Slurm command on PATH, from the lab's shared /root."""
+        r = subprocess.run(list(argv), capture_output=True, text=True, env=lab_env(self.path, "root"), timeout=timeout,
                            cwd=os.path.join(self.path, "lab", "root"))
         if check:
             assert r.returncode == 0, f"{argv}: {r.stderr}"
@@ -93,6 +94,171 @@ def test_munge_key_is_secret(lab):
     assert os.stat(os.path.dirname(key)).st_mode & 0o077 == 0
     r = lab.ctk("exec", lab.path, "labdebugnodeset-0", "--", "stat", "-c", "%a %U", "/run/ctk/munge.key")
     assert r.stdout.strip() == "400 munge"
+
+
+# ---- containment: what a job (or ctk exec) may do on a lab node -------------------------
+
+PROBE = r"""
+import ctypes, json, os, subprocess, sys
+marker, host_pid = sys.argv[1], int(sys.argv[2])
+libc = ctypes.CDLL(None, use_errno=True)
+out = {}
+
+def attempt(name, fn):
+    try:
+        out[name] = "succeeded: " + repr(fn())[:200]
+    except Exception as e:
+        out[name] = "failed: " + type(e).__name__ + ": " + str(e)[:200]
+
+def read(p):
+    with open(p) as f:
+        return f.read()
+
+def syscall(name, *args):
+    if getattr(libc, name)(*args) != 0:
+        raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+    return 0
+
+def every_proc_root():
+    for p in (d for d in os.listdir("/proc") if d.isdigit()):
+        try:
+            return read(f"/proc/{p}/root{marker}")
+        except OSError:
+            pass
+    raise FileNotFoundError("through no /proc/PID/root")
+
+def chroot_out():
+    os.makedirs("/tmp/esc", exist_ok=True)
+    os.chroot("/tmp/esc")
+    for _ in range(64):
+        os.chdir("..")
+    os.chroot(".")
+    return read(marker)
+
+def run(*argv):
+    r = subprocess.run(argv, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise OSError(r.returncode, r.stderr.strip())
+    return r.stdout
+
+attempt("read through /proc/1/root", lambda: read("/proc/1/root" + marker))
+attempt("read through ..", lambda: read("/" + "../" * 16 + marker.lstrip("/")))
+attempt("read through any /proc/PID/root", every_proc_root)
+attempt("read after chroot out of the node", chroot_out)
+attempt("write a host path", lambda: open(marker + ".written", "w").write("x"))
+attempt("mount tmpfs", lambda: syscall("mount", b"none", b"/mnt", b"tmpfs", 0, None))
+attempt("bind mount /", lambda: syscall("mount", b"/", b"/mnt", None, 4096, None))
+attempt("ip link add", lambda: run("ip", "link", "add", "ctkprobe0", "type", "dummy"))
+attempt("kill a host process", lambda: os.kill(host_pid, 9))
+attempt("init_module", lambda: syscall("init_module", None, 0, b""))
+attempt("finit_module", lambda: syscall("finit_module", 0, b"", 0))
+attempt("write a sysctl", lambda: open("/proc/sys/kernel/core_pattern", "w").write("|/tmp/x"))
+attempt("sysrq", lambda: open("/proc/sysrq-trigger", "w").write("h"))
+attempt("write sysfs", lambda: open("/sys/kernel/uevent_helper", "w").write("/tmp/x"))
+attempt("mknod a disk", lambda: os.mknod("/tmp/sda", 0o600 | 0o060000, os.makedev(8, 0)))
+caps = {ln.split(":")[0]: int(ln.split()[1], 16) for ln in read("/proc/self/status").splitlines() if ln.startswith("Cap")}
+try:  # a job as root sees the node's own root there; its user may not look into PID 1 (root's)
+    hostname = read("/proc/1/root/etc/hostname").strip()
+except PermissionError:
+    hostname = "denied: " + read("/etc/hostname").strip()
+print(json.dumps({"attempts": out, "caps": caps, "hostname": hostname,
+                  "uid": os.getuid(), "devices": sorted(os.listdir("/dev"))}))
+"""
+SYS_ADMIN, NET_ADMIN, SYS_MODULE, SYS_PTRACE, MKNOD, DAC_READ_SEARCH = 21, 12, 16, 19, 27, 2
+
+
+@pytest.fixture(scope="module")
+def marker(tmp_path_factory):
+    """A file on the host only, and a host process: what no job may read or signal."""
+    d = tmp_path_factory.mktemp("host-only")
+    path = d / "marker"
+    path.write_text("the host's\n")
+    sleeper = subprocess.Popen(["sleep", "600"])
+    yield str(path), sleeper
+    sleeper.kill()
+
+
+def _probe(lab, marker, argv_prefix, env=None, cwd=None):
+    path, sleeper = marker
+    r = subprocess.run([*argv_prefix, "python3", "/home/probe.py", path, str(sleeper.pid)], capture_output=True,
+                       text=True, env=env, cwd=cwd, timeout=120)
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    failed = {k: v for k, v in res["attempts"].items() if not v.startswith("failed")}
+    assert not failed, failed
+    assert sleeper.poll() is None and not os.path.exists(path + ".written")
+    return res
+
+
+def test_a_job_cannot_reach_the_host_as_root_or_as_the_labs_user(lab, marker):
+    with open(os.path.join(lab.path, "lab", "home", "probe.py"), "w") as f:
+        f.write(PROBE)
+    node = "labdebugnodeset-0"
+    srun = ["srun", "-N1", "-w", node, "-p", "debug"]
+    as_root = _probe(lab, marker, srun, env=lab_env(lab.path, "root"), cwd=os.path.join(lab.path, "lab", "root"))
+    as_user = _probe(lab, marker, srun, env=lab_env(lab.path), cwd=user_home(lab.path))
+    assert (as_root["uid"], as_user["uid"]) == (0, 1900000)
+    assert (as_root["hostname"], as_user["hostname"]) == (node, f"denied: {node}")  # /proc/1/root: the node's
+    for res in (as_root, as_user):
+        assert not [d for d in res["devices"] if d.startswith(("sd", "vd", "nvme", "loop", "kmsg", "mem"))], res
+        eff = res["caps"]["CapEff"] | res["caps"]["CapBnd"]
+        assert not any(eff >> c & 1 for c in (SYS_ADMIN, NET_ADMIN, SYS_MODULE, SYS_PTRACE, MKNOD, DAC_READ_SEARCH))
+    assert as_user["caps"]["CapEff"] == 0 and as_root["caps"]["CapEff"] != 0
+    # ctk exec, an admin's root shell in a node, is held the same way
+    _probe(lab, marker, [sys.executable, "-m", "ctk", "exec", lab.path, node, "--"])
+
+
+def test_no_host_account_but_root_can_read_a_secret_of_any_node(lab):
+    """Every secret of every node (on the host and in each node's /run), tried as each uid that
+    has an account or a process on this machine: none is readable but by root."""
+    own_ns = os.readlink("/proc/self/ns/pid")
+    secrets = [os.path.join(dp, f) for dp, _, fs in os.walk(os.path.join(lab.path, "lab", "secrets")) for f in fs]
+    in_nodes = []
+    for pid in (d for d in os.listdir("/proc") if d.isdigit()):
+        try:
+            if os.readlink(f"/proc/{pid}/ns/pid") == own_ns:
+                continue
+        except OSError:
+            continue
+        for rel in ("ctk/munge.key", "ctk/slurm.key", "ctk/ssh_host_ed25519_key", "ctk/dbd/slurmdbd.conf"):
+            p = f"/proc/{pid}/root/run/{rel}"
+            if os.path.exists(p):
+                in_nodes.append(p)
+    assert len(secrets) >= 4 and len(in_nodes) >= 6, (secrets, in_nodes)
+    uids = {int(ln.split(":")[2]) for ln in open("/etc/passwd") if ln.count(":") >= 6}
+    for pid in (d for d in os.listdir("/proc") if d.isdigit()):  # the host's processes, not the nodes'
+        try:
+            if os.readlink(f"/proc/{pid}/ns/pid") == own_ns:
+                uids |= {int(x) for ln in open(f"/proc/{pid}/status") if ln.startswith("Uid:") for x in ln.split()[1:]}
+        except OSError:
+            pass
+    uids.discard(0)
+    assert len(uids) >= 5, uids  # (root's own python may be out of other users' reach: Debian's is not)
+    check = ("import sys\nleaked = []\nfor p in sys.argv[1:]:\n    try:\n        open(p, 'rb').read(1)\n"
+             "        leaked.append(p)\n    except OSError:\n        pass\nprint(leaked)\n")
+    for uid in sorted(uids):
+        r = subprocess.run(["/usr/bin/python3", "-I", "-c", check, *secrets, *in_nodes], capture_output=True, text=True,
+                           preexec_fn=lambda u=uid: (os.setgroups([]), os.setgid(u), os.setuid(u)), timeout=60)
+        assert (r.returncode, r.stdout.strip()) == (0, "[]"), (uid, r.stdout, r.stderr)
+
+
+def test_the_labs_accounts_have_numbers_no_host_account_has(lab):
+    """The lab's user and the image's service accounts (munge, slurm, mysql, sshd, ...) all
+    have uids from ctk's range, the same on every node; /home/USER is the user's."""
+    host = {int(ln.split(":")[2]) for ln in open("/etc/passwd") if ln.count(":") >= 6}
+    rows = {}
+    for node in ("lab-controller", "labdebugnodeset-0", "lab-login-0"):
+        r = lab.ctk("exec", lab.path, node, "--", "getent", "passwd")
+        assert r.returncode == 0, r.stderr
+        rows[node] = {ln.split(":")[0]: int(ln.split(":")[2]) for ln in r.stdout.splitlines()}
+    assert rows["lab-controller"]["researcher"] == rows["lab-login-0"]["researcher"] == 1900000
+    for node, accounts in rows.items():
+        for name, uid in accounts.items():
+            if 100 <= uid < 65534 or name in ("munge", "slurm", "mysql", "sshd", "researcher"):
+                assert 1900000 <= uid < 1901000 and uid not in host, (node, name, uid)
+    st = os.stat(user_home(lab.path))
+    assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (1900000, 0o700)
+    assert stat.S_IMODE(os.stat(os.path.join(lab.path, "lab")).st_mode) == 0o700
 
 
 def _wait_done(lab, job: str, timeout: float = 120) -> None:
@@ -450,8 +616,12 @@ def test_job_submit_wait_runs_jax_smoke_and_logs_show_both_processes(lab):
     fields = [dict(kv.split("=") for kv in ln.split()[1:]) for ln in out.splitlines() if ln.startswith("ctk-smoke ")]
     assert sorted(f["process"] for f in fields) == ["0", "1"]
     assert all(f["process_count"] == "2" and f["reduced"] == "2" for f in fields)
-    script = os.path.join(lab.path, "lab", "home", ".ctk-jobs")
-    assert any(n.startswith("jax-smoke-") and n.endswith(".sbatch") for n in os.listdir(script))
+    script = os.path.join(user_home(lab.path), ".ctk-jobs")  # the lab's user's, readable by it alone
+    names = [n for n in os.listdir(script) if n.startswith("jax-smoke-") and n.endswith(".sbatch")]
+    assert names and stat.S_IMODE(os.stat(script).st_mode) == 0o700
+    for n in names + [f"jax-smoke-{jid}.out"]:
+        st = os.stat(os.path.join(script, n))
+        assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (1900000, 0o600), (n, st)
     listed = lab.ctk("job", "list", "--deployment", lab.path, "--json")
     assert jid in [x["id"] for x in json.loads(listed.stdout)]
 

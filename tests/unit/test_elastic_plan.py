@@ -10,6 +10,7 @@ import pytest
 
 from ctk.blueprint import BlueprintErrors
 from ctk.cli import main
+from ctk.model import LabSettings
 from ctk.plan import process
 
 CTK = """\
@@ -621,3 +622,24 @@ def test_show_without_spot_flex_or_lab_module_is_unchanged(tmp_path, capsys):
     # The lab's settings are the local target's: not listed for another.
     out = show(ctk_bp(tmp_path, tail=lab("      preemption_notice: 5\n")), capsys, "--target", "gcp")
     assert "Lab:" not in out
+
+
+# ---- the lab's user ----------------------------------------------------------------------------
+
+def test_the_labs_user_is_named_in_the_local_target(tmp_path):
+    bp = ctk_bp(tmp_path, tail=lab("      user: alice\n      user_uid: 1900007\n"))
+    dep = process(bp).deployment
+    assert (dep.lab.user, dep.lab.user_uid) == ("alice", 1900007)
+    assert (process(ctk_bp(tmp_path)).deployment.lab.user, LabSettings().user_uid) == ("researcher", 1900000)
+
+
+@pytest.mark.parametrize("setting, message, hint", [
+    ("user: Alice", "'Alice' is not a user name", "lower-case letters"),
+    ("user: munge", "'munge' is root or one of the image's service accounts", "ordinary user"),
+    ("user: root", "'root' is root", "--user root"),
+    ("user_uid: 1000", "must be a whole number from 1900000 to 1900099, found 1000", "no host account has"),
+    ("user_uid: 1900100", "found 1900100", "its services take 1900100"),
+])
+def test_a_lab_user_that_cannot_be(tmp_path, capsys, setting, message, hint):
+    bp = ctk_bp(tmp_path, tail=lab(f"      {setting}\n"))
+    refused(bp, capsys, at(bp, setting, setting.split(": ")[1]), message, hint)

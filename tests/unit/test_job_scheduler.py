@@ -127,16 +127,33 @@ def test_submit_stores_the_script_and_parses_the_id(dep):
         scheduler.submit(Rec(dep, lambda argv: ("oops", 0, "")), "x")
 
 
-def test_local_scripts_are_new_files_in_the_shared_home(dep):
+def _lab_state(dep, user="researcher"):
+    os.makedirs(os.path.join(dep, "lab", "home", user, ".ctk-jobs"))
+    with open(os.path.join(dep, "lab", "state.json"), "w") as f:
+        json.dump({"n": 1, "nodes": [], "user": user}, f)
+
+
+def test_lab_jobs_live_in_the_lab_users_home_and_logs_are_read_without_following_links(dep, tmp_path, monkeypatch):
+    monkeypatch.delenv("CTK_LAB_USER", raising=False)
+    _lab_state(dep)
     c = LocalCluster(dep)
-    # sbatch runs in the lab's login node: the script's path is the node's
-    p1, p2 = c.put_script("one", "jax-smoke"), c.put_script("two", "jax-smoke")
-    assert p1 != p2 and p1.startswith("/home/.ctk-jobs/jax-smoke-")
-    assert open(c.host_path(p1)).read() == "one"
-    node_path = "/home/.ctk-jobs/" + os.path.basename(p2)
-    assert c.host_path(node_path) == os.path.join(dep, "lab", "home", ".ctk-jobs", os.path.basename(p2))
-    assert c.read(node_path) == b"two" and c.read(node_path, 1) == b"wo" and c.read("/home/none") == b""
-    assert c.host_path("/tmp/x.out") is None and c.read("/tmp/x.out") == b""
+    assert (c.user, c.jobs_dir) == ("researcher", "/home/researcher/.ctk-jobs")
+    jobs = os.path.join(dep, "lab", "home", "researcher", ".ctk-jobs")
+    with open(os.path.join(jobs, "a.out"), "w") as f:
+        f.write("two")
+    assert c.host_path("/home/researcher/.ctk-jobs/a.out") == os.path.join(jobs, "a.out") == c.host_path("a.out")
+    assert c.read("a.out") == b"two" and c.read("/home/researcher/.ctk-jobs/a.out", 1) == b"wo"
+    assert c.read("/home/none") == b"" and c.host_path("/tmp/x.out") is None and c.read("/tmp/x.out") == b""
+    # A job that swaps its log, or a folder on the way, for a link to a host file gets nothing back.
+    secret = tmp_path / "host-secret"
+    secret.write_text("host's")
+    os.symlink(secret, os.path.join(jobs, "b.out"))
+    os.symlink(str(tmp_path), os.path.join(jobs, "up"))
+    os.mkfifo(os.path.join(jobs, "c.out"))
+    assert c.read("b.out") == b"" and c.read("up/host-secret") == b"" and c.read("../../../../host-secret") == b""
+    assert c.read("c.out") == b""  # a FIFO would hang the reader
+    monkeypatch.setenv("CTK_LAB_USER", "root")
+    assert LocalCluster(dep).jobs_dir == "/root/.ctk-jobs"
 
 
 def test_local_completion_log_gives_the_last_run_of_a_requeued_job(dep, monkeypatch):

@@ -62,7 +62,7 @@ def test_lab_wrappers_are_valid_python_and_say_when_the_lab_is_down(tmp_path):
 
     from ctk.targets import local
 
-    text = local.wrapper(str(tmp_path / "dep" / "lab"), "lab-login-0", "sbatch", sys.executable)
+    text = local.wrapper(str(tmp_path / "dep" / "lab"), "lab-login-0", "sbatch", sys.executable, "researcher")
     compile(text, "sbatch", "exec")
     path = tmp_path / "sbatch"
     path.write_text(text)

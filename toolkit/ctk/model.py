@@ -227,6 +227,19 @@ class LabSettings:
     # Seconds a powered-up node takes to boot before its daemons start (a cloud VM takes about a
     # minute): a rehearsal of ResumeTimeout, and the time `ctk status` shows it powering up.
     boot_delay: float = 0.0
+    # The lab's ordinary user account, the same on every node, owning /home/USER: `ctk job` and
+    # `ctk env`'s commands run as it unless told otherwise (root stays for admins).
+    user: str = "researcher"
+    user_uid: int = 1_900_000
+
+
+# The numbers of every account of the lab that is not root: uids and gids that no host account
+# uses (Debian gives out 100-999 to system accounts and 1000-59999 to people; subordinate ranges
+# start at 100000 in steps of 65536 and rarely reach this far), below 2097151, the largest uid a
+# ustar header holds. The lab's user takes the first by default; an image's service accounts
+# (munge, slurm, mysql, sshd, ...) are renumbered into SERVICE_IDS as each layer is built.
+LAB_IDS = range(1_900_000, 1_901_000)
+SERVICE_IDS = range(1_900_100, 1_901_000)
 
 
 @dataclass

@@ -12,8 +12,8 @@ from typing import Any
 from .blueprint.errors import BlueprintError, Collector, did_you_mean
 from .blueprint.expand import Expanded, ExpandedModule
 from .blueprint.expression import CannotEvaluate, Deferred, is_deferred
-from .model import (BASES, BASE_PYTHON, DEFAULT_BASE, NO_SPOT_HINT, Controller, Deployment, ImageSpec, LabSettings,
-                     Login, Nodeset, Partition, SharedFs, SshHost, Unsupported, base_python)
+from .model import (BASES, BASE_PYTHON, DEFAULT_BASE, LAB_IDS, NO_SPOT_HINT, SERVICE_IDS, Controller, Deployment,
+                    ImageSpec, LabSettings, Login, Nodeset, Partition, SharedFs, SshHost, Unsupported, base_python)
 from .modules import ctk_kinds, is_remote
 from .modules.ctk_kinds import CLOUD_PARAMETERS_KEYS, DWS_FLEX_KEYS, SERVICE_MANAGERS, SSH_HOST_KEYS, SSH_ROLES
 from .modules import slurm_gcp
@@ -643,6 +643,7 @@ def _local_target(exp: Expanded, dep: Deployment, c: Collector, doc) -> None:
                       _setting_pos(exp, em, name), em.schema.input(name).doc)
                 continue
             setattr(lab, name, n if name == "chaos_seed" else float(n))
+        _lab_user(exp, em, lab, c)
         if lab.chaos_interval and not any(ns.spot for ns in dep.nodesets):
             c.add(f"setting 'chaos_interval' of module '{em.id}' preempts random Spot nodes, but no nodeset of "
                   "this blueprint is Spot or preemptible: there would be nothing to preempt",
@@ -650,6 +651,39 @@ def _local_target(exp: Expanded, dep: Deployment, c: Collector, doc) -> None:
         dep.lab = lab
     if dep.target == "local":
         _resume_waits(exp, dep, em, c)
+
+
+# Names the lab's user cannot take: root, and the accounts its images have or make.
+_RESERVED_USERS = ("root", "daemon", "bin", "sys", "sync", "games", "man", "lp", "mail", "news", "uucp", "proxy",
+                   "www-data", "backup", "list", "irc", "_apt", "nobody", "munge", "slurm", "mysql", "sshd",
+                   "messagebus", "systemd-network")
+
+
+def _lab_user(exp: Expanded, em, lab: LabSettings, c: Collector) -> None:
+    """The lab's user account (settings user, user_uid), checked at their lines."""
+    import re
+
+    name = em.get("user")
+    if isinstance(name, str):
+        if not re.fullmatch(r"[a-z_][a-z0-9_-]{0,31}", name):
+            c.add(f"setting 'user' of module '{em.id}': {name!r} is not a user name",
+                  _setting_pos(exp, em, "user"), "lower-case letters, digits, '_' and '-', starting with a letter "
+                  "or '_', at most 32 characters: for example researcher")
+        elif name in _RESERVED_USERS:
+            c.add(f"setting 'user' of module '{em.id}': {name!r} is root or one of the image's service accounts",
+                  _setting_pos(exp, em, "user"), "name an ordinary user, for example researcher; root jobs stay "
+                  "possible with ctk env --user root")
+        else:
+            lab.user = name
+    uid = _num(em.get("user_uid"))
+    if uid is not None:
+        lo, hi = LAB_IDS.start, SERVICE_IDS.start - 1
+        if not isinstance(uid, int) or not lo <= uid <= hi:
+            c.add(f"setting 'user_uid' of module '{em.id}' must be a whole number from {lo} to {hi}, found {uid!r}",
+                  _setting_pos(exp, em, "user_uid"), "ctk keeps the lab's accounts in numbers no host account has; "
+                  f"its services take {SERVICE_IDS.start} and up")
+        else:
+            lab.user_uid = uid
 
 
 def _resume_timeout(exp: Expanded, dep: Deployment, p: Partition):

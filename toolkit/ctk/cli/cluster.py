@@ -56,7 +56,11 @@ def add_parsers(sub) -> None:
     p.set_defaults(run=destroy)
 
     p = sub.add_parser("exec", help="run a command inside a node of a lab cluster (ssh target: on a host, over SSH)",
-                       usage="ctk exec DIR NODE -- CMD [ARG...]")
+                       usage="ctk exec [--user NAME] DIR NODE -- CMD [ARG...]",
+                       description="Run CMD in NODE. On a lab it runs as root of the node (with the node's "
+                       "capabilities only: it cannot reach the host), or as --user NAME, an account of the "
+                       "node (the lab's user, for example).")
+    p.add_argument("--user", metavar="NAME", help="on a lab: run as this account of the node (default root)")
     p.add_argument("dir", help="deployment folder")
     p.add_argument("node", help="node name (see ctk status)")
     p.add_argument("command", nargs=argparse.REMAINDER, help="command to run (after --)")
@@ -82,8 +86,13 @@ def add_parsers(sub) -> None:
 
     p = sub.add_parser("env", help="print exports that point the host's sbatch/srun/squeue at a lab cluster "
                        "(or an ssh target's)",
-                       description='Use as: eval "$(ctk env DIR)"')
+                       description='Use as: eval "$(ctk env DIR)". On a lab the commands run in its login '
+                       "node as the lab's user (the ctk/target/local module's user, researcher unless set), "
+                       "in the node's view of the current folder (lab/home/USER is /home/USER there); "
+                       "CTK_LAB_USER=root, or --user root, runs them as root.")
     p.add_argument("dir", help="deployment folder")
+    p.add_argument("--user", metavar="NAME", help="on a lab: run the commands as this account of its nodes "
+                   "(root for an admin's) rather than the lab's user")
     p.set_defaults(run=env)
 
 
@@ -171,11 +180,13 @@ def exec_(args) -> int:
     cmd = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not cmd:
         raise UserError("ctk exec: no command given", hint="ctk exec DIR NODE -- hostname")
+    if args.user:
+        return targets.of_folder(args.dir).exec(args.dir, args.node, cmd, user=args.user)
     return targets.of_folder(args.dir).exec(args.dir, args.node, cmd)
 
 
 def env(args) -> int:
     from .. import targets
 
-    sys.stdout.write(targets.of_folder(args.dir).env(args.dir))
+    sys.stdout.write(targets.of_folder(args.dir).env(args.dir, args.user))
     return EXIT_OK

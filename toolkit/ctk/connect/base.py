@@ -5,7 +5,8 @@ Both kinds answer the same few questions, so everything above (scheduler, api, c
 written once:
 
 - `run(argv)`: run a Slurm command (sbatch, squeue, scontrol, scancel, sacct) on the cluster;
-- `put_script(text, name)`: store a batch script where `run(["sbatch", ...])` reads it; its path;
+- `put_script(text, name)`: store a batch script where `run(["sbatch", ...])` reads it, readable by
+  its owner only (0600 in a 0700 folder: a script may hold a token); its path; `remove(path)`;
 - `jobs_dir`: the folder, as the cluster sees it, where scripts and relative logs live;
 - `read(path, offset)`: a log file's bytes from OFFSET (b"" while it does not exist);
 - `forgotten(ids)`: final states of jobs that squeue no longer lists (accounting, or the
@@ -80,6 +81,10 @@ class Cluster:
     def put_script(self, text: str, name: str) -> str:
         raise NotImplementedError
 
+    def remove(self, path: str) -> None:
+        """Delete a script put_script stored (its submission failed); no error if it is gone."""
+        raise NotImplementedError
+
     def read(self, path: str, offset: int = 0) -> bytes:
         raise NotImplementedError
 
@@ -152,18 +157,24 @@ class HereCluster(Cluster):
     def put_script(self, text: str, name: str) -> str:
         d = self.host_path(self.jobs_dir)
         assert d is not None
-        os.makedirs(d, exist_ok=True)
+        os.makedirs(d, mode=0o700, exist_ok=True)
         base = script_name(name)
         for i in range(1000):
             fname = f"{base}{'' if i == 0 else f'-{i}'}.sbatch"
             try:
-                fd = os.open(os.path.join(d, fname), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                fd = os.open(os.path.join(d, fname), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
             except FileExistsError:
                 continue
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 f.write(text)
             return os.path.join(d, fname)  # sbatch runs on this machine
         raise SlurmError(f"cannot name a new script in {d}")
+
+    def remove(self, path: str) -> None:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
 
     def read(self, path: str, offset: int = 0) -> bytes:
         hp = self.host_path(path)
@@ -265,10 +276,18 @@ class SshCluster(Cluster):
         try:
             self.sftp.stat(d)
         except FileNotFoundError:
-            self.sftp.mkdir(d, 0o755)
+            self.sftp.mkdir(d, 0o700)
         path = f"{d}/{script_name(name)}.sbatch"
-        self.sftp.putfo(io.BytesIO(text.encode("utf-8")), path)
+        with self.sftp.open(path, "wb") as f:
+            f.chmod(0o600)  # before the text goes in
+            f.write(text.encode("utf-8"))
         return path
+
+    def remove(self, path: str) -> None:
+        try:
+            self.sftp.remove(path)
+        except FileNotFoundError:
+            pass
 
     def read(self, path: str, offset: int = 0) -> bytes:
         p = path if path.startswith("/") else f"{self.jobs_dir}/{path}"

@@ -11,12 +11,13 @@ import shutil
 from ..errors import UserError
 from ..progress import Progress
 from ..runner import run
+from .accounts import renumber
 from .store import Store
 
 # What every base carries: python3 for Ansible, sshd for the build node Packer talks to.
 INCLUDE = ["python3", "openssh-server", "ca-certificates"]
 SUITES = {"debian-12": "bookworm", "debian-13": "trixie"}
-BASE_VERSION = 1  # bump when the way bases are made changes
+BASE_VERSION = 2  # bump when the way bases are made changes
 
 
 def mirror() -> str:
@@ -51,6 +52,7 @@ def ensure_base(store: Store, base: str, progress: Progress) -> str:
             on_line=lambda ln: _show(progress, ln),
             what=f"debootstrap of {base} failed", log_path=os.path.join(work, "debootstrap.log"))
         _scrub(tree)
+        renumber(tree)  # sshd's and systemd's accounts take numbers no host account has
     store.commit(key, tree, {"kind": "base", "base": base, "include": INCLUDE})
     shutil.rmtree(work, ignore_errors=True)
     return key

@@ -29,10 +29,11 @@ from ..stacks import te as te_
 from ..stacks.drivers import cuda_toolkit
 from ..stacks.rolevars import role_variables
 from . import buildnode, packer
+from .accounts import renumber
 from .base import base_key as base_layer_key, ensure_base
 from .store import Store
 
-LAYER_VERSION = 1  # bump when the way layers are built changes
+LAYER_VERSION = 2  # bump when the way layers are built changes
 KNOWN_ROLES = ("common", "munge", "slurm", "jax")
 
 
@@ -186,7 +187,8 @@ def _build_time_inputs(store: Store, te_wheels: str | None = None) -> tuple[dict
 
 def _scrub_upper(upper: str) -> None:
     """Drop what a login leaves behind; it is not part of the role's work."""
-    for rel in ("var/log/wtmp", "var/log/lastlog", "var/log/btmp", "root/.ansible", "root/.ssh/known_hosts"):
+    for rel in ("var/log/wtmp", "var/log/lastlog", "var/log/btmp", "root/.ansible", "root/.ssh/known_hosts",
+                "etc/hostname"):  # the build node's name, which nodeinit writes
         p = os.path.join(upper, rel)
         if os.path.isdir(p) and not os.path.islink(p):
             shutil.rmtree(p)
@@ -262,6 +264,7 @@ def _build_layer(store: Store, image: str, lp: LayerPlan, lower_keys: list[str],
         node.stop()
     upper = node.upper
     _scrub_upper(upper)
+    renumber(upper)  # the accounts this layer made take numbers no host account has
     dt = time.monotonic() - t0
     meta = {"kind": "role", "role": lp.role, "parent": lp.parent, "vars": lp.variables, "seconds": round(dt, 1)}
     if lp.te_wheels:

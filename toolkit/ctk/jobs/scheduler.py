@@ -39,8 +39,13 @@ def submit_argv(script_path: str, jobs_dir: str, extra_args: Iterable[str] = ())
 def submit(cluster: Cluster, script_text: str, extra_args: Iterable[str] = (), name: str = "job") -> tuple[str, str]:
     """Store SCRIPT_TEXT in the cluster's jobs folder and sbatch it: (job id, script path)."""
     path = cluster.put_script(script_text, name)
-    r = cluster.run(submit_argv(path, cluster.jobs_dir, extra_args))
-    if r.returncode != 0:
+    try:
+        r = cluster.run(submit_argv(path, cluster.jobs_dir, extra_args))
+    except BaseException:
+        cluster.remove(path)
+        raise
+    if r.returncode != 0:  # no script stays behind for a job that does not exist
+        cluster.remove(path)
         raise SlurmError(f"sbatch failed ({r.returncode}): {r.stderr.strip()}")
     job_id = r.stdout.strip().split(";", 1)[0]
     if not re.fullmatch(r"\d+", job_id):

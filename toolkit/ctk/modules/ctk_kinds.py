@@ -193,6 +193,12 @@ LOCAL_TARGET = ModuleKind(
         _in("boot_delay", "number", 0,
             "Seconds a powered-up node takes to boot before its daemons start, as a cloud VM takes about a "
             "minute; with flex_start_delay, below the partitions' ResumeTimeout."),
+        _in("user", "string", "researcher",
+            "The lab's ordinary user account, on every node, owning /home/USER: ctk job and ctk env's Slurm "
+            "commands run as it (ctk env --user root for an admin's)."),
+        _in("user_uid", "number", 1900000,
+            "uid and gid of the lab's user, the same on every node; between 1900000 and 1900099, numbers no "
+            "host account has (ctk deploy checks)."),
     ),
     outputs=(),
 )

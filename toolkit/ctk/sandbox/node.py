@@ -1,9 +1,10 @@
 """Lab nodes: a Slurm node (or an image build node) booted from image layers on this machine.
 
-A node is an overlayfs (the image's layers read-only, a per-node upper dir), its own mount,
-UTS and PID namespaces, a chroot, /dev and /sys bound in, tmpfs on /run and /tmp, and its own
-address: a lab node has its own network namespace (netns.py), a build node a loopback
-address. Its PID 1 is ctk's nodeinit, which outlives the ctk command that booted it.
+A node is an overlayfs (the image's layers read-only, a per-node upper dir) that its PID 1
+pivots into, its own mount, UTS, IPC and PID namespaces, its own /dev, read-only /sys and
+/proc/sys, tmpfs on /run and /tmp, only the capabilities of caps.NODE, and its own address: a lab
+node has its own network namespace (netns.py), a build node a loopback address. Its PID 1 is
+ctk's nodeinit, which outlives the ctk command that booted it (see nodeinit.py).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 
 from ..waiting import TimedOut, poll
+from .caps import NODE as NODE_CAPS
 from .proc import ctk_env, running_pid, terminate
 from . import DaemonError
 
@@ -43,6 +45,9 @@ class NodeSpec:
     run_dirs: list[dict] = field(default_factory=list)  # {path (under /run), mode, owner}
     stop_timeout: float = 10.0
     netns: str = ""  # path of a network namespace to boot in (netns.create); "" = the host's
+    # Accounts added to the node's /etc/passwd at boot: {name, uid, gid, home, shell}.
+    accounts: list[dict] = field(default_factory=list)
+    caps: list[str] = field(default_factory=lambda: list(NODE_CAPS))  # what the node's root keeps
 
     @classmethod
     def from_dict(cls, d: dict) -> "NodeSpec":
@@ -102,7 +107,7 @@ def boot(spec: NodeSpec, timeout: float = 30.0) -> int:
     env = ctk_env()
     enter_net = ["nsenter", f"--net={spec.netns}"] if spec.netns else []
     proc = subprocess.Popen(
-        [*enter_net, "unshare", "--mount", "--uts", "--pid", "--fork", sys.executable, "-m", "ctk.sandbox.nodeinit", spec_path],
+        [*enter_net, sys.executable, "-m", "ctk.sandbox.nodeinit", spec_path],
         stdin=subprocess.DEVNULL, stdout=init_log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
     def booted_or_exited() -> bool:  # up once nodeinit has written its pid
         return node_pid(spec.state_dir) is not None or proc.poll() is not None
@@ -136,17 +141,27 @@ def stop(state_dir: str, timeout: float = 15.0) -> bool:
 NODE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
-def exec_argv(state_dir: str, argv: list[str], cwd: str = "/", env: dict[str, str] | None = None) -> list[str]:
-    """The command line that runs `argv` inside a running node, in CWD (a path in the node),
-    with a clean environment plus ENV."""
+def enter_argv(pid: int | str, argv: list[str], *, user: str = "root", cwd: str | None = None,
+               env: dict[str, str] | None = None, umask: str | None = None) -> list[str]:
+    """The command line that runs ARGV in the node whose PID 1 is PID (sandbox/enter.py): its
+    namespaces and root, the node's capabilities, as USER (root or one of the node's accounts),
+    in CWD (a path in the node; default the user's home), with a clean environment plus ENV.
+    It runs this ctk (not whatever a PYTHONPATH names) in Python's isolated mode."""
+    pkg = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    opts = ["--user", user] + (["--cwd", cwd] if cwd else []) + (["--umask", umask] if umask else [])
+    for k, v in (env or {}).items():
+        opts += ["--env", f"{k}={v}"]
+    return [sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {pkg!r}); "
+            "from ctk.sandbox.enter import main; sys.exit(main(sys.argv[1:]))", str(pid), *opts, "--", *argv]
+
+
+def exec_argv(state_dir: str, argv: list[str], cwd: str = "/", env: dict[str, str] | None = None,
+              user: str = "root", umask: str | None = None) -> list[str]:
+    """The command line that runs `argv` inside a running node (see enter_argv)."""
     pid = node_pid(state_dir)
     if not pid:
         raise DaemonError(f"node at {state_dir} is not running")
-    root = os.path.join(os.path.abspath(state_dir), "root")  # chroot runs in the node's mount namespace
-    extra = [f"{k}={v}" for k, v in (env or {}).items()]
-    return ["nsenter", "-t", str(pid), "-m", "-u", "-p", "-n", "--", "chroot", root,
-            "/usr/bin/env", "-i", f"--chdir={cwd}", f"PATH={NODE_PATH}", "HOME=/root", "LANG=C.UTF-8",
-            *extra, *argv]
+    return enter_argv(pid, argv, user=user, cwd=cwd, env=env, umask=umask)
 
 
 def run_in(state_dir: str, argv: list[str], timeout: float = 120, **kw) -> subprocess.CompletedProcess:

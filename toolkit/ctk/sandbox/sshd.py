@@ -11,15 +11,16 @@ from .node import Service
 def sshd_parts(addr: str, port: int, host_key: str, authorized_keys: str) -> tuple[dict, list, Service]:
     """What a node needs to run sshd on ADDR:PORT only: its /run files (the host key and the
     authorized keys, copied in at boot, never baked into a layer), /run dirs and the service.
-    Key-only logins; root may log in (the nodes have no other user)."""
+    Key-only logins, for root and the node's users."""
+    # sshd reads the authorized keys as the user logging in: public keys, in a folder of their own.
     files = {"ctk/ssh_host_ed25519_key": {"src": host_key, "mode": "0600"},
-             "ctk/authorized_keys": {"src": authorized_keys, "mode": "0600"}}
+             "ctk-ssh/authorized_keys": {"src": authorized_keys, "mode": "0644"}}
     service = Service("sshd", [
         "/usr/sbin/sshd", "-D", "-e", "-p", str(port), "-o", f"ListenAddress={addr}",
-        "-o", "HostKey=/run/ctk/ssh_host_ed25519_key", "-o", "AuthorizedKeysFile=/run/ctk/authorized_keys",
+        "-o", "HostKey=/run/ctk/ssh_host_ed25519_key", "-o", "AuthorizedKeysFile=/run/ctk-ssh/authorized_keys",
         "-o", "UsePAM=no", "-o", "PermitRootLogin=prohibit-password", "-o", "PidFile=/run/sshd.pid",
         "-o", "PasswordAuthentication=no"])
-    return files, [{"path": "sshd", "mode": "0755"}], service
+    return files, [{"path": "sshd", "mode": "0755"}, {"path": "ctk-ssh", "mode": "0755"}], service
 
 
 def keypair(path: str, comment: str = "ctk") -> None:

@@ -192,11 +192,12 @@ class Target:
         """Stop what the deployment runs; the message `ctk destroy` prints."""
         raise NotImplementedError
 
-    def exec(self, deployment_dir: str, node: str, argv: list[str]) -> int:
+    def exec(self, deployment_dir: str, node: str, argv: list[str], user: str | None = None) -> int:
         raise NotImplementedError
 
-    def env(self, deployment_dir: str) -> str:
-        """Shell exports that point Slurm's commands at the cluster."""
+    def env(self, deployment_dir: str, user: str | None = None) -> str:
+        """Shell exports that point Slurm's commands at the cluster (as USER, where the target
+        runs them itself)."""
         raise NotImplementedError
 
     def job_cluster(self, deployment_dir: str) -> "Cluster":

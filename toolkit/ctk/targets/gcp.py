@@ -93,11 +93,11 @@ class GcpTarget(Target):
         _run(argv, progress)
         return f"destroyed {deployment_dir} with gcluster"
 
-    def exec(self, deployment_dir: str, node: str, argv: list[str]) -> int:
+    def exec(self, deployment_dir: str, node: str, argv: list[str], user: str | None = None) -> int:
         raise UserError("ctk exec runs commands on clusters ctk runs; this one is on Google Cloud",
                         hint=f"gcloud compute ssh {node} -- {shlex.join(argv)}")
 
-    def env(self, deployment_dir: str) -> str:
+    def env(self, deployment_dir: str, user: str | None = None) -> str:
         raise UserError("ctk env points Slurm's commands at clusters ctk runs; this one is on Google Cloud",
                         hint="submit through its login node: ctk job submit TEMPLATE --host LOGIN_NODE")
 

@@ -28,6 +28,7 @@ import json
 import os
 import random
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -35,7 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ..render.hostlist import expand
-from ..sandbox import netns
+from ..sandbox import DaemonError, netns
 from ..sandbox import node as nodes
 from ..sandbox.proc import running_pid
 
@@ -268,17 +269,17 @@ class Agent:
 
     def _mark_preempted(self, name: str) -> None:
         """The node's own view of its notice: /run/ctk/preempted (the metadata server's
-        instance/preempted) says TRUE."""
-        pid = nodes.node_pid(self.state_dir(name))
-        if pid is None:
-            return
+        instance/preempted) says TRUE. Written by a process in the node, as the node's root: a
+        path the node resolves itself (its root may have made /run/ctk a symlink)."""
+        sd = self.state_dir(name)
+        script = "mkdir -p /run/ctk && printf 'TRUE\\n' > /run/ctk/.preempted && mv -f /run/ctk/.preempted /run/ctk/preempted"
         try:
-            d = f"/proc/{pid}/root/run/ctk"
-            os.makedirs(d, exist_ok=True)
-            with open(os.path.join(d, "preempted"), "w") as f:
-                f.write("TRUE\n")
-        except OSError:
-            pass
+            r = subprocess.run(nodes.exec_argv(sd, ["/bin/sh", "-c", script]), capture_output=True, text=True, timeout=15)
+        except (DaemonError, subprocess.TimeoutExpired) as e:
+            self.event("notice-not-written", name, error=str(e))
+            return
+        if r.returncode != 0:
+            self.event("notice-not-written", name, error=r.stderr.strip()[-300:])
 
     def _next_chaos(self, now: float) -> float | None:
         return now + self.rng.expovariate(1 / self.chaos) if self.chaos > 0 else None

@@ -1,6 +1,7 @@
 """The lab's job cluster: how `ctk job --deployment DIR`, `ctk status` and the tests reach a
 running lab's Slurm. Each command is the lab's own Slurm client, run in its client node (the
-first login node, else the controller) with nsenter; jobs live in the lab's shared /home.
+first login node, else the controller), as the lab's user (sandbox/enter.py); jobs live in the
+user's home, /home/USER/.ctk-jobs, on the lab's shared /home.
 
 Kept apart from the target's builders (targets.local) so that `ctk job submit` imports only
 this: no planning, rendering, network or daemon code.
@@ -10,11 +11,12 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Sequence
 
-from ..connect.base import NODE_HOME, NODE_JOBS_DIR, HereCluster, Result, SlurmError, exit_of, parse_kv_line
+from ..connect.base import JOBS_SUBDIR, NODE_HOME, HereCluster, Result, SlurmError, exit_of, parse_kv_line, script_name
 from ..errors import UserError
 from ..sandbox import node as nodes
 from ..sandbox import DaemonError
@@ -54,12 +56,25 @@ def client_dir(deployment_dir: str) -> str:
     return os.path.join(lab_dir(deployment_dir), "nodes", client_node(state["nodes"]))
 
 
+USER_ENV = "CTK_LAB_USER"  # names the account the lab's commands run as (default: the lab's user)
+
+
+def lab_user(deployment_dir: str) -> str:
+    """Who ctk's commands on the lab run as: $CTK_LAB_USER, else the lab's user."""
+    return os.environ.get(USER_ENV) or (load_state(deployment_dir) or {}).get("user", "root")
+
+
+def home_of(user: str) -> str:
+    return "/root" if user == "root" else f"{NODE_HOME}/{user}"
+
+
 def slurm(deployment_dir: str, *argv: str, timeout: float = 30, check: bool = True, cwd: str = "/",
-          stdin: str | None = None) -> subprocess.CompletedProcess:
-    """Run one of the lab's own Slurm client commands in its client node (the host needs no Slurm)."""
+          stdin: str | None = None, user: str = "root", umask: str | None = None) -> subprocess.CompletedProcess:
+    """Run one of the lab's own Slurm client commands in its client node (the host needs no Slurm),
+    as USER of the node."""
     sd = client_dir(deployment_dir)
     try:
-        full = nodes.exec_argv(sd, list(argv), cwd=cwd)
+        full = nodes.exec_argv(sd, list(argv), cwd=cwd, user=user, umask=umask)
     except DaemonError:
         if check:
             raise DaemonError(f"{argv[0]}: the lab's node {os.path.basename(sd)} is not running",
@@ -74,13 +89,16 @@ def slurm(deployment_dir: str, *argv: str, timeout: float = 30, check: bool = Tr
 
 class LabCluster(HereCluster):
     """Where `ctk job --deployment DIR` goes for a lab: the lab's own Slurm commands, run in its
-    client node, and its shared /home, a folder of the deployment."""
+    client node as the lab's user ($CTK_LAB_USER=root: as root), and the user's home on the
+    shared /home, a folder of the deployment."""
 
     def __init__(self, deployment_dir: str):
         self.dir = os.path.abspath(deployment_dir)
         self.key = self.dir
         self.registry_dir = self.dir
-        self.jobs_dir = NODE_JOBS_DIR
+        self.user = lab_user(self.dir)
+        self.home = home_of(self.user)
+        self.jobs_dir = f"{self.home}/{JOBS_SUBDIR}"
 
     def __repr__(self) -> str:
         return f"LabCluster({self.dir!r})"
@@ -96,22 +114,50 @@ class LabCluster(HereCluster):
 
     def run(self, argv: Sequence[str], timeout: float = 30, stdin: str | None = None) -> Result:
         try:
-            r = slurm(self.dir, *argv, timeout=timeout, check=False, cwd=NODE_HOME, stdin=stdin)
+            # umask 077: the job's output files are its user's alone (sbatch passes it as SLURM_UMASK)
+            r = slurm(self.dir, *argv, timeout=timeout, check=False, cwd=self.home, stdin=stdin, user=self.user,
+                      umask="077")
         except subprocess.TimeoutExpired:
             raise SlurmError(f"{argv[0]}: no answer from the lab within {timeout:.0f}s") from None
+        if r.returncode == 125 and not r.stdout:  # the node could not start it (sandbox/enter.py)
+            raise SlurmError(f"{argv[0]} on the lab: {r.stderr.strip()}")
         return Result(r.returncode, r.stdout, r.stderr)
 
     def put_script(self, text: str, name: str) -> str:
-        host = super().put_script(text, name)  # into the shared /home, under its host path
-        return os.path.join(NODE_HOME, os.path.relpath(host, os.path.join(self.dir, "lab", "home")))
+        """The script, written in the node as its user (0600 in the 0700 jobs folder): the node
+        resolves the path, so nothing the node made there redirects the write to the host."""
+        path = f"{self.jobs_dir}/{script_name(name)}.sbatch"
+        r = self.run(["/bin/sh", "-c", 'umask 077 && mkdir -p "$1" && chmod 700 "$1" && set -C && cat > "$2"',
+                      "sh", self.jobs_dir, path], stdin=text)
+        if r.returncode != 0:
+            raise SlurmError(f"cannot write the job's script {path} on the lab as {self.user}: {r.stderr.strip()}")
+        return path
+
+    def remove(self, path: str) -> None:
+        self.run(["rm", "-f", "--", path])
 
     def host_path(self, node_path: str) -> str | None:
         """Where NODE_PATH (absolute, or relative to the jobs folder) lies on this machine;
         None outside the shared /home."""
-        p = os.path.normpath(node_path if node_path.startswith("/") else os.path.join(NODE_JOBS_DIR, node_path))
+        p = os.path.normpath(node_path if node_path.startswith("/") else os.path.join(self.jobs_dir, node_path))
         if p != NODE_HOME and not p.startswith(NODE_HOME + "/"):
             return None
         return os.path.join(self.dir, "lab", "home", os.path.relpath(p, NODE_HOME))
+
+    def read(self, path: str, offset: int = 0) -> bytes:
+        """A job's log from the shared /home, opened without following any symlink a job made on
+        the way (it would lead outside the lab) and only if it is a regular file (a FIFO would
+        hang); b"" otherwise."""
+        p = os.path.normpath(path if path.startswith("/") else os.path.join(self.jobs_dir, path))
+        if not p.startswith(NODE_HOME + "/"):
+            return b""
+        try:
+            fd = open_below(os.path.join(self.dir, "lab", "home"), os.path.relpath(p, NODE_HOME))
+        except OSError:
+            return b""
+        with os.fdopen(fd, "rb") as f:
+            f.seek(offset)
+            return f.read()
 
     def forgotten(self, ids: Sequence[str]) -> dict[str, tuple[str, int | None]]:
         """From accounting (one sacct call) where the lab keeps it; for the rest (a lab without
@@ -131,6 +177,27 @@ class LabCluster(HereCluster):
         except FileNotFoundError:
             pass
         return out
+
+
+def open_below(base: str, rel: str) -> int:
+    """A read-only fd of the regular file BASE/REL, each component opened with O_NOFOLLOW from
+    the one before: OSError on a symlink, a '..', or anything but a regular file at the end."""
+    parts = [x for x in rel.split("/") if x and x != "."]
+    if not parts or ".." in parts:
+        raise OSError(f"{rel}: not a path below {base}")
+    fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        for part in parts[:-1]:
+            nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+        out = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd)
+    finally:
+        os.close(fd)
+    if not stat.S_ISREG(os.fstat(out).st_mode):
+        os.close(out)
+        raise OSError(f"{rel}: not a regular file")
+    return out
 
 
 def job_cluster(deployment_dir: str) -> LabCluster:

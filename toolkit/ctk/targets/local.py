@@ -3,15 +3,18 @@
 Every Slurm node (controller, computes, login) is a lab node (see node.py) with its own
 hostname, network namespace (an address on the lab's bridge, see netns.py) and ports; munged runs in each with the cluster's key,
 slurmctld on the controller, slurmd on the computes, sshd on the login nodes. Shared
-folders are /home and /root (the nodes' only user) on every node, as NFS is on a real
-cluster. The runtime state lives in the deployment folder:
+folders are /home and /root on every node, as NFS is on a real cluster; the lab's user (the
+ctk/target/local module's `user`, researcher by default) has the same uid on every node and owns
+/home/USER. No node reaches the host's files: each runs pivoted into its own tree with only
+sandbox.caps.NODE (see sandbox/nodeinit.py), and lab/ itself is root's alone (0700), since
+what a node's root writes in the shared folders is root's on the host too. The runtime state lives in the deployment folder:
 
     lab/state.json         nodes, addresses, ports, what each was booted with
     lab/etc/               slurm.conf, gres.conf, cgroup.conf and hosts, as nodes see them
     lab/bin/               sbatch, srun, squeue, ... that run the lab's own Slurm commands in its
                            login node (ctk env puts them on PATH): the host needs no Slurm
     lab/secrets/           the munge key and the SSH keys (0400/0600, never printed)
-    lab/ssh_config         `ssh -F lab/ssh_config LOGIN` reaches a login node as root
+    lab/ssh_config         `ssh -F lab/ssh_config LOGIN` reaches a login node as the lab's user
     lab/home/, lab/root/   /home and /root on every node
     lab/slurmctld/         slurmctld's saved state (jobs survive a controller restart) and
                            jobcomp.log, one line per finished job
@@ -28,6 +31,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import subprocess
 import time
 from dataclasses import asdict, dataclass, field
@@ -44,7 +48,7 @@ from ..sandbox.daemons import DaemonError, ensure_munge_key, ensure_secret, stop
 from ..sandbox.proc import ctk_env, terminate
 from . import leases
 from .labagent import MEMORY_RESERVE_MB, NODE_MB, available_mb
-from .labclient import LabCluster, client_node, job_cluster, lab_dir, load_state, slurm
+from .labclient import USER_ENV, LabCluster, client_node, job_cluster, lab_dir, load_state, slurm
 from .base import (SINFO_PARTITIONS, DeployOutcome, NodeStatus, Status, Target, parse_node_states,
                    parse_partitions, power_state, wait_ready)
 
@@ -352,13 +356,14 @@ def ssh_key(ldir: str) -> str:
 
 
 def ssh_config(plan: LabPlan, ldir: str) -> str:
-    """An SSH config naming every login node, for ssh -F, Fabric and `ctk job --host`.
-    Host keys are checked against lab/known_hosts, written at deploy time."""
+    """An SSH config naming every login node, for ssh -F, Fabric and `ctk job --host`, logging
+    in as the lab's user (`ssh -l root` for root). Host keys are checked against
+    lab/known_hosts, written at deploy time."""
     ldir = os.path.abspath(ldir)
     out = ["# ctk lab: ssh -F THIS_FILE LOGIN_NODE\n"]
     for x in plan.nodes:
         if x.role == "login":
-            out.append(f"Host {x.name}\n  HostName {x.addr}\n  Port {x.port}\n  User root\n"
+            out.append(f"Host {x.name}\n  HostName {x.addr}\n  Port {x.port}\n  User {plan.dep.lab.user}\n"
                        f"  IdentityFile {ssh_key(ldir)}\n  IdentitiesOnly yes\n"
                        f"  UserKnownHostsFile {ldir}/known_hosts\n  StrictHostKeyChecking yes\n")
     return "".join(out)
@@ -431,10 +436,51 @@ def node_spec(plan: LabPlan, x: LabNode, ldir: str, lowerdirs: list[str]) -> nod
             binds.append({"src": os.path.join(ldir, "power", "requests"), "dest": POWER_DIR_IN_NODE})
     if acct:
         binds.append({"src": os.path.join(ldir, "slurmdbd"), "dest": DB_DIR_IN_NODE})
+    lab = plan.dep.lab
     return nodes.NodeSpec(
         hostname=x.name, state_dir=os.path.join(ldir, "nodes", x.name), lowerdirs=lowerdirs,
         services=services, binds=binds, run_files=run_files, run_dirs=run_dirs,
-        netns=os.path.join(netns.NETNS_DIR, netns.netns(plan.n, x.host)))
+        netns=os.path.join(netns.NETNS_DIR, netns.netns(plan.n, x.host)),
+        accounts=[{"name": lab.user, "uid": lab.user_uid, "gid": lab.user_uid, "home": f"/home/{lab.user}"}])
+
+
+def user_home(plan: LabPlan, ldir: str) -> str:
+    """/home/USER of the lab's user (lab/home/USER, 0700, the user's), made on the first deploy."""
+    lab = plan.dep.lab
+    home = os.path.join(ldir, "home", lab.user)
+    try:
+        st = os.lstat(home)
+    except FileNotFoundError:
+        os.mkdir(home, 0o700)
+        os.chown(home, lab.user_uid, lab.user_uid)
+        return home
+    if not stat.S_ISDIR(st.st_mode):
+        raise UserError(f"{home} is not a folder: it is the home of the lab's user {lab.user}",
+                        hint="move it away; ctk deploy makes the folder")
+    return home
+
+
+def check_accounts(plan: LabPlan, lowerdirs: dict[str, list[str]]) -> None:
+    """Refuse a lab whose accounts (the lab's user, its images' service accounts) share a uid or
+    gid with an account or a process of this machine: that host account could read the node's
+    secrets through /proc, or trace its jobs."""
+    from ..images.accounts import host_ids, image_accounts
+
+    host_u, host_g = host_ids()
+    lab = plan.dep.lab
+    seen: list[tuple[str, str, int, int]] = [("the lab's user", lab.user, lab.user_uid, lab.user_uid)]
+    for img in plan.images:
+        seen += [(f"image {img.name}'s account", name, uid, gid) for name, uid, gid in image_accounts(lowerdirs[img.name])]
+    for what, name, uid, gid in seen:
+        if uid < 100 or uid == 65534:  # root and Debian's static accounts, the same everywhere
+            continue
+        clash = host_u.get(uid) or (f"{host_g[gid]} (group)" if gid >= 100 and gid != 65534 and gid in host_g else None)
+        if clash:
+            hint = ("set user_uid in the ctk/target/local module to a free number from 1900000 to 1900099"
+                    if name == lab.user else "rebuild the image (ctk renumbers its accounts from 1900100), or "
+                    "move the host account")
+            raise UserError(f"{what} {name} (uid {uid}, gid {gid}) shares its number with this machine's "
+                            f"{clash}", hint=hint)
 
 
 def spec_hash(spec: nodes.NodeSpec, conf_files: dict[str, str]) -> str:
@@ -468,18 +514,22 @@ NEED_CWD = ("sbatch", "srun", "salloc")
 PASSED_ENV = ("SLURM_", "SBATCH_", "SRUN_", "SALLOC_", "SQUEUE_", "SINFO_", "SACCT_", "SCONTROL_", "SCANCEL_")
 
 
-def wrapper(ldir: str, node: str, command: str, python: str, nsenter: str = "nsenter") -> str:
-    """A thin command (a Python script that needs nothing but the standard library) that runs
-    the lab's COMMAND in NODE, arguments verbatim, in the node's view of the current folder."""
+def wrapper(ldir: str, node: str, command: str, python: str, user: str) -> str:
+    """A thin command (a Python script that needs nothing but the standard library and ctk's
+    sandbox.enter) that runs the lab's COMMAND in NODE, arguments verbatim, in the node's view
+    of the current folder, as the lab's USER (or $CTK_LAB_USER: root for an admin's commands)."""
     ldir = os.path.abspath(ldir)
+    pkg = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     shared = [(os.path.join(ldir, "home"), "/home"), (os.path.join(ldir, "root"), "/root")]
     return f"""#!{python} -I
 # Written by ctk for the lab in {os.path.dirname(ldir)}: runs Slurm's `{command}` in the lab's
-# node {node}, with the arguments as given, in the same folder as seen from the node.
+# node {node}, with the arguments as given, in the same folder as seen from the node, as the
+# lab's user {user} (${USER_ENV}=root: as root).
 import os, sys
-LAB, NODE, CMD = {ldir!r}, {node!r}, {command!r}
+LAB, NODE, CMD, PKG = {ldir!r}, {node!r}, {command!r}, {pkg!r}
 SHARED = {shared!r}
 NEED_CWD, PASSED = {command in NEED_CWD!r}, {PASSED_ENV!r}
+USER = os.environ.get({USER_ENV!r}) or {user!r}
 
 def fail(msg, code):
     sys.stderr.write(CMD + ": " + msg + "\\n")
@@ -502,32 +552,29 @@ if wd is None:
     if NEED_CWD and not any(a in ("-D", "--chdir") or a.startswith(("--chdir=", "-D")) for a in args):
         fail("the current folder " + (here or "(deleted)") + " is not shared with the lab's nodes. Shared: "
              + "; ".join(h + " (" + n + " on the nodes)" for h, n in SHARED) + ". cd into one, or give --chdir", 2)
-    wd = "/root"
-env = ["%s=%s" % (k, v) for k, v in os.environ.items() if k.startswith(PASSED) and k != "SLURM_CONF"]
+env = {{k: v for k, v in os.environ.items() if k.startswith(PASSED) and k != "SLURM_CONF"}}
 if os.environ.get("TERM"):
-    env.append("TERM=" + os.environ["TERM"])
-argv = [{nsenter!r}, "-t", pid, "-m", "-u", "-p", "-n", "--", "chroot", os.path.join(LAB, "nodes", NODE, "root"),
-        "/usr/bin/env", "-i", "--chdir=" + wd, "PATH={nodes.NODE_PATH}", "HOME=/root", "LANG=C.UTF-8",
-        *env, CMD, *sys.argv[1:]]
+    env["TERM"] = os.environ["TERM"]
+sys.path.insert(0, PKG)
+from ctk.sandbox.enter import EnterError, enter
 try:
-    os.execv(argv[0], argv) if os.path.isabs(argv[0]) else os.execvp(argv[0], argv)
-except OSError as e:
-    fail("cannot run nsenter: " + str(e), 1)
+    sys.exit(enter(int(pid), [CMD, *sys.argv[1:]], user=USER, cwd=wd, env=env))
+except EnterError as e:
+    fail(str(e) + ((" (root's /root is not the lab's user's: cd into " + os.path.join(LAB, "home", USER)
+                    + ", or " + {USER_ENV!r} + "=root)") if wd and wd.startswith("/root") and USER != "root" else ""), 125)
 """
 
 
-def write_wrappers(deployment_dir: str, client: str) -> str:
+def write_wrappers(deployment_dir: str, client: str, user: str) -> str:
     """The lab's bin/ folder of wrapped Slurm commands (rewritten when they change); its path."""
     import sys
 
-    # nsenter by its path: the PATH the wrappers run with may hold no /usr/bin
-    nsenter = shutil.which("nsenter", path=os.pathsep.join([os.environ.get("PATH", ""), nodes.NODE_PATH])) or "nsenter"
     ldir = os.path.abspath(lab_dir(deployment_dir))
     bindir = os.path.join(ldir, "bin")
     os.makedirs(bindir, exist_ok=True)
     for cmd in WRAPPED:
         path = os.path.join(bindir, cmd)
-        atomic.write_if_changed(path, wrapper(ldir, client, cmd, sys.executable, nsenter))
+        atomic.write_if_changed(path, wrapper(ldir, client, cmd, sys.executable, user))
         os.chmod(path, 0o755)
     return bindir
 
@@ -708,9 +755,14 @@ def deploy_local(dep: Deployment, deployment_dir: str, *, max_nodes: int = DEFAU
 
     started_now: list[str] = []
     try:
+        check_accounts(plan, {name: store.lowerdirs(keys) for name, keys in layers.items()})
         for d in ("home", "root", "slurmctld", "slurmdbd", "gpus", "nodes", "power/requests"):
             os.makedirs(os.path.join(ldir, d), exist_ok=True)
+        # What a node's root writes in the shared folders (a setuid binary, a file with
+        # capabilities) is root's on the host too: no host user but root may reach lab/.
+        os.chmod(ldir, 0o700)
         os.chmod(os.path.join(ldir, "home"), 0o755)
+        user_home(plan, ldir)
         os.chmod(os.path.join(ldir, "root"), 0o700)
         os.chmod(os.path.join(ldir, "power"), 0o700)
         _ssh_keys(plan, ldir)
@@ -733,7 +785,7 @@ def deploy_local(dep: Deployment, deployment_dir: str, *, max_nodes: int = DEFAU
             if rel in files:
                 os.chmod(os.path.join(ldir, rel), 0o755)
         netns.ensure_bridge(n)
-        write_wrappers(deployment_dir, client_node(plan.nodes))
+        write_wrappers(deployment_dir, client_node(plan.nodes), plan.dep.lab.user)
 
         old_nodes = {x["name"]: x for x in old.get("nodes", [])}
         want = {x.name: x for x in plan.nodes}
@@ -794,7 +846,7 @@ def deploy_local(dep: Deployment, deployment_dir: str, *, max_nodes: int = DEFAU
         _save_state(deployment_dir, {"n": n, "deployment": dep.deployment_name, "nodes": records,
                                      "notes": plan.notes, "max_nodes": max_nodes, "complete": True,
                                      "accounting": acct, "cluster": dep.slurm_cluster_name,
-                                     "agent": plan.needs_agent})
+                                     "agent": plan.needs_agent, "user": dep.lab.user})
         _wait_ready(deployment_dir, plan, ready_timeout, progress)
         if acct:
             _wait_accounting(deployment_dir, plan, ready_timeout, progress)
@@ -906,7 +958,7 @@ def status_local(deployment_dir: str) -> Status:
         dead = nodes.dead_services(sd) if running else []
         ssh = None
         if x["role"] == "login":
-            ssh = {"host": x["addr"], "port": x["port"], "user": "root", "identity": ssh_key(ldir),
+            ssh = {"host": x["addr"], "port": x["port"], "user": state.get("user", "root"), "identity": ssh_key(ldir),
                    "ssh_config": os.path.join(os.path.abspath(ldir), "ssh_config")}
         sst = slurm_states.get(x["name"]) if x["role"] == "compute" else None
         out_nodes.append(NodeStatus(x["name"], x["role"], x["addr"], running and not dead, dead, sst,
@@ -988,7 +1040,7 @@ def preempt_local(deployment_dir: str, names: list[str], notice: float | None = 
              "detail": f"SIGTERM in {float(notices[n].get('seconds', 0)):g} s"} for n in want]
 
 
-def exec_local(deployment_dir: str, node: str, argv: list[str]) -> int:
+def exec_local(deployment_dir: str, node: str, argv: list[str], user: str | None = None) -> int:
     state = load_state(deployment_dir)
     if state is None:
         raise UserError(f"{deployment_dir} has no running lab")
@@ -998,18 +1050,22 @@ def exec_local(deployment_dir: str, node: str, argv: list[str]) -> int:
     sd = os.path.join(lab_dir(deployment_dir), "nodes", node)
     if nodes.node_pid(sd) is None:
         raise UserError(f"node {node} is not running", hint="ctk deploy again brings it back")
-    return subprocess.call(nodes.exec_argv(sd, argv))
+    return subprocess.call(nodes.exec_argv(sd, argv, user=user or "root", cwd=None if user else "/"))
 
 
-def env_local(deployment_dir: str) -> str:
-    """Shell exports that put the lab's Slurm commands (run in its login node) first on PATH."""
+def env_local(deployment_dir: str, user: str | None = None) -> str:
+    """Shell exports that put the lab's Slurm commands (run in its login node, as the lab's user,
+    or as USER) first on PATH."""
     import shlex
 
     state = load_state(deployment_dir)
     if state is None:
         raise UserError(f"{deployment_dir} has no running lab")
-    bindir = write_wrappers(deployment_dir, client_node(state["nodes"]))
-    return f"export PATH={shlex.quote(bindir)}:\"$PATH\"\n"
+    bindir = write_wrappers(deployment_dir, client_node(state["nodes"]), state.get("user", "root"))
+    out = f"export PATH={shlex.quote(bindir)}:\"$PATH\"\n"
+    if user:
+        out += f"export {USER_ENV}={shlex.quote(user)}\n"
+    return out
 
 
 class LocalTarget(Target):
@@ -1036,11 +1092,11 @@ class LocalTarget(Target):
         stopped = destroy_local(deployment_dir)
         return f"destroyed {deployment_dir}: stopped {len(stopped)} node(s)"
 
-    def exec(self, deployment_dir: str, node: str, argv: list[str]) -> int:
-        return exec_local(deployment_dir, node, argv)
+    def exec(self, deployment_dir: str, node: str, argv: list[str], user: str | None = None) -> int:
+        return exec_local(deployment_dir, node, argv, user)
 
-    def env(self, deployment_dir: str) -> str:
-        return env_local(deployment_dir)
+    def env(self, deployment_dir: str, user: str | None = None) -> str:
+        return env_local(deployment_dir, user)
 
     def job_cluster(self, deployment_dir: str) -> LabCluster:
         return job_cluster(deployment_dir)

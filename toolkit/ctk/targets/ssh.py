@@ -511,10 +511,16 @@ class SshTarget(Target):
         return (f"destroyed {deployment_dir}: stopped the daemons on {len(stopped)} host(s) "
                 "(packages, /etc/slurm and the munge key stay on them)")
 
-    def exec(self, deployment_dir: str, node: str, argv: list[str]) -> int:
+    def exec(self, deployment_dir: str, node: str, argv: list[str], user: str | None = None) -> int:
+        if user:
+            raise UserError("ctk exec --user is for a lab's nodes; on an ssh target, ssh in as that user",
+                            hint=f"ctk exec {deployment_dir} {node} -- sudo -u {user} ...")
         return exec_ssh(deployment_dir, node, argv)
 
-    def env(self, deployment_dir: str) -> str:
+    def env(self, deployment_dir: str, user: str | None = None) -> str:
+        if user:
+            raise UserError("ctk env --user: an ssh target's Slurm commands run as you, on this machine",
+                            hint="leave out --user")
         return env_ssh(deployment_dir)
 
     def job_cluster(self, deployment_dir: str):
