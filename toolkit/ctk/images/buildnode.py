@@ -11,6 +11,7 @@ import socket
 from dataclasses import dataclass
 
 from ..sandbox import node as nodes
+from ..sandbox.caps import BUILD as BUILD_CAPS
 from ..sandbox.daemons import DaemonError
 from ..sandbox.net import free_port
 from ..sandbox.sshd import keypair, sshd_parts
@@ -58,6 +59,7 @@ def boot(lowerdirs: list[str], work: str, timeout: float = 30.0, run_files: dict
         run_dirs=dirs,
         binds=list(binds or []),
         services=[sshd],
+        caps=list(BUILD_CAPS),  # package scripts set file capabilities (no_new_privs keeps them inert)
     )
     nodes.boot(spec, timeout=timeout)
 
