@@ -319,7 +319,7 @@ import submitit
 def where(x):
     return socket.gethostname(), x * 2
 
-ex = submitit.SlurmExecutor(folder="/home/submitit-check/%j")
+ex = submitit.SlurmExecutor(folder="/home/researcher/submitit-check/%j")
 ex.update_parameters(partition="debug", time=5, nodes=2, ntasks_per_node=1)
 job = ex.submit(where, 21)
 results = job.results()
@@ -333,22 +333,23 @@ print(json.dumps({"job": job.job_id, "results": results, "state": job.state, "py
 
 def test_a_submitit_job_from_the_login_node_completes_with_no_accounting_warning(lab):
     """A real client of Slurm's accounting: submitit (pure Python, the version make test
-    installs here, copied into the lab's shared /home) submits a 2-node job from the login
-    node with the image's JAX Python, collects both tasks' results, and reads the job's state
-    from sacct: no "accounting storage is disabled" or "Bypassing sacct error" warning."""
+    installs here, copied into the lab's user's home) submits a 2-node job from the login
+    node, as the lab's user, with the image's JAX Python, collects both tasks' results, and
+    reads the job's state from sacct: no "accounting storage is disabled" or "Bypassing sacct
+    error" warning."""
     import importlib.util
 
     import submitit
 
-    home = os.path.join(lab.path, "lab", "home")
+    home = user_home(lab.path)
     shutil.copytree(os.path.dirname(importlib.util.find_spec("submitit").origin),
                     os.path.join(home, "pylib", "submitit"), dirs_exist_ok=True,
                     ignore=shutil.ignore_patterns("__pycache__"))
     with open(os.path.join(home, "submitit_check.py"), "w") as f:
         f.write(SUBMITIT_SCRIPT)
     login = [n["name"] for n in lab.status()[1]["nodes"] if n["role"] == "login"][0]
-    r = lab.ctk("exec", lab.path, login, "--", "env", "PYTHONPATH=/home/pylib", "/opt/ctk/jax/bin/python", "-W", "always",
-                "/home/submitit_check.py", timeout=300)
+    r = lab.ctk("exec", "--user", "researcher", lab.path, login, "--", "env", "PYTHONPATH=/home/researcher/pylib",
+                "/opt/ctk/jax/bin/python", "-W", "always", "/home/researcher/submitit_check.py", timeout=300)
     assert r.returncode == 0, (submitit.__version__, r.stdout, r.stderr)
     out = json.loads(r.stdout.strip().splitlines()[-1])
     computes = lab.slurm("sinfo", "-h", "-N", "-p", "debug", "-o", "%N").stdout.split()

@@ -39,7 +39,8 @@ def _account(user: str) -> tuple[int, int, list[int], str]:
     except OSError as e:
         raise EnterError(f"cannot read the node's /etc/passwd: {e.strerror}") from None
     if row is None or len(row) < 6:
-        raise EnterError(f"no user {user!r} in the node")
+        raise EnterError(f"no user {user!r} in the node (the lab's user is the one its blueprint's "
+                         "ctk/target/local module names, researcher unless set; root is always there)")
     uid, gid = int(row[2]), int(row[3])
     groups = [gid]
     try:

@@ -86,6 +86,7 @@ class Status:
     notes: list[str] = field(default_factory=list)
     # The node whose Slurm client commands ctk runs (a lab's login node, else its controller).
     slurm_client: str | None = None
+    lab_user: str | None = None  # a lab's ordinary user, whom ctk job and ctk env's commands run as
     # A deploy that did not finish (killed part-way): the nodes it left running are listed.
     interrupted: bool = False
     # Slurm's accounting: "up" (slurmdbd answers and holds the cluster: sacct works), "down",
@@ -147,8 +148,9 @@ class Status:
                              + "".join(f" {k}={v}" for k, v in sorted(ev.items())
                                        if k not in ("time", "epoch", "event", "node")))
         if self.slurm_client:
-            lines += ["", f"Slurm commands run in {self.slurm_client}: eval \"$(ctk env DIR)\" puts sbatch, srun, "
-                      "squeue, ... on PATH"]
+            who = f" as {self.lab_user} (home: DIR/lab/home/{self.lab_user})" if self.lab_user else ""
+            lines += ["", f"Slurm commands run in {self.slurm_client}{who}: eval \"$(ctk env DIR)\" puts sbatch, "
+                      "srun, squeue, ... on PATH"]
         for x in self.nodes:
             if x.ssh:
                 lines += ["", f"login {x.name}: ssh -F {x.ssh['ssh_config']} {x.name}",

@@ -552,6 +552,8 @@ if wd is None:
     if NEED_CWD and not any(a in ("-D", "--chdir") or a.startswith(("--chdir=", "-D")) for a in args):
         fail("the current folder " + (here or "(deleted)") + " is not shared with the lab's nodes. Shared: "
              + "; ".join(h + " (" + n + " on the nodes)" for h, n in SHARED) + ". cd into one, or give --chdir", 2)
+if not NEED_CWD and wd and wd.startswith("/root") and USER != "root":
+    wd = None  # a command that reads no files of the folder: from the user's home
 env = {{k: v for k, v in os.environ.items() if k.startswith(PASSED) and k != "SLURM_CONF"}}
 if os.environ.get("TERM"):
     env["TERM"] = os.environ["TERM"]
@@ -979,7 +981,7 @@ def status_local(deployment_dir: str) -> Status:
         events = read_events(pdir)[-EVENTS_SHOWN:]
     return Status(deployment=state["deployment"], target="local", controller_reachable=bool(slurm_states),
                   nodes=out_nodes, partitions=parse_partitions(parts) if parts is not None else [],
-                  notes=state.get("notes", []), slurm_client=client_node(state["nodes"]),
+                  notes=state.get("notes", []), slurm_client=client_node(state["nodes"]), lab_user=state.get("user"),
                   interrupted=not state.get("complete", True), accounting=acct, agent=agent, events=events)
 
 
