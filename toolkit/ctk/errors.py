@@ -11,7 +11,6 @@ Both carry a message and an optional hint; `str(e)` is what the command line pri
 
 from __future__ import annotations
 
-import difflib
 from typing import Iterable
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
@@ -52,5 +51,7 @@ class Failure(CtkError):
 
 def did_you_mean(name: str, candidates: Iterable[str]) -> str:
     """A hint naming the closest candidate, or '' when nothing is close."""
+    import difflib  # here: every command imports this module, few need a hint
+
     close = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
     return f"did you mean '{close[0]}'?" if close else ""
