@@ -162,17 +162,15 @@ def _spawn(name: str, argv: list[str], out_path: Path, env: Mapping[str, str] | 
         out.close()
 
 
-def ensure_secret(path: str, make) -> str:
-    """A secret file at `path` (0400, its folder 0700) holding the bytes MAKE() returns, made
-    once; never printed by ctk."""
-    folder = os.path.dirname(path)
-    os.makedirs(folder, mode=0o700, exist_ok=True)
-    os.chmod(folder, 0o700)
-    if not os.path.exists(path):
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
-        with os.fdopen(fd, "wb") as f:
-            f.write(make())
-    return path
+def ensure_secret(path: str, make, mode: int = 0o400) -> str:
+    """A secret file at `path` (MODE, its folder 0700) holding the bytes MAKE() returns, made
+    once and never through a link (sandbox/secretfiles.py); never printed by ctk. A
+    pre-existing one that another user owns or may read is refused (UserError)."""
+    from . import secretfiles
+
+    folder = os.path.dirname(os.path.abspath(path))
+    return secretfiles.ensure(os.path.dirname(folder), os.path.join(os.path.basename(folder), os.path.basename(path)),
+                              make, mode)
 
 
 def ensure_munge_key(path: str) -> str:

@@ -24,7 +24,16 @@ def sshd_parts(addr: str, port: int, host_key: str, authorized_keys: str) -> tup
 
 
 def keypair(path: str, comment: str = "ctk") -> None:
-    """An ed25519 key pair at PATH (0600) and PATH.pub, unless PATH exists."""
-    if not os.path.exists(path):
+    """An ed25519 key pair at PATH (0600) and PATH.pub, unless PATH exists; its folder (0700) and
+    a pre-existing key are checked as secrets are (sandbox/secretfiles.py)."""
+    from . import secretfiles
+
+    folder = os.path.dirname(os.path.abspath(path))
+    fd = secretfiles.open_dir(os.path.dirname(folder), os.path.basename(folder))
+    try:
+        exists = secretfiles.check_file(fd, os.path.basename(path), path)
+    finally:
+        os.close(fd)
+    if not exists:  # ssh-keygen writes into the folder just checked: root's, 0700, no link
         run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", path],
             what="ssh-keygen failed")

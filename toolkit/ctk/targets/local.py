@@ -42,7 +42,7 @@ from ..errors import UserError, did_you_mean
 from ..model import DEFAULT_BASE, HEALTH_CHECK, JAX_TASK_PROLOG, NO_SPOT_HINT, Deployment, ImageSpec
 from ..progress import Progress
 from ..render.hostlist import compress
-from ..sandbox import netns
+from ..sandbox import netns, secretfiles
 from ..sandbox import node as nodes
 from ..sandbox.daemons import DaemonError, ensure_munge_key, ensure_secret, stop_munged
 from ..sandbox.proc import ctk_env, terminate
@@ -374,8 +374,7 @@ def _ssh_keys(plan: LabPlan, ldir: str) -> None:
     from ..sandbox.sshd import keypair
 
     d = os.path.join(ldir, "secrets", "ssh")
-    os.makedirs(d, mode=0o700, exist_ok=True)
-    os.chmod(d, 0o700)
+    os.close(secretfiles.open_dir(ldir, "secrets/ssh"))  # 0700, root's, reached through no link
     keypair(os.path.join(d, "host_ed25519"), "ctk-lab-host")
     keypair(ssh_key(ldir), "ctk-lab-root")
     with open(os.path.join(d, "host_ed25519.pub")) as f:
@@ -726,6 +725,9 @@ def deploy_local(dep: Deployment, deployment_dir: str, *, max_nodes: int = DEFAU
     progress = progress or Progress()
     t0 = time.monotonic()
     ldir = os.path.abspath(lab_dir(deployment_dir))
+    # A planted link or a foreign key in lab/secrets stops the deploy before anything starts.
+    if os.path.lexists(ldir):
+        secretfiles.check_tree(ldir, "secrets")
     n = leases.lease(deployment_dir)
     old = load_state(deployment_dir) or {}
     running = {x["name"] for x in old.get("nodes", [])
