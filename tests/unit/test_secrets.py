@@ -110,3 +110,34 @@ def test_deploy_refuses_a_planted_secrets_link_with_exit_2_before_anything_start
     assert not os.path.exists(tmp_path / "store" / "layers") or not os.listdir(tmp_path / "store" / "layers")
     leases = tmp_path / "leases" / "leases.json"
     assert not leases.exists() or leases.read_text().strip() in ("{}", "")
+
+
+def test_destroy_by_lease_refuses_a_lab_whose_folder_exists_unless_forced(tmp_path):
+    from ctk.targets import leases
+
+    env = {**os.environ, "CTK_LEASE_DIR": str(tmp_path / "leases")}
+    dep = tmp_path / "someones-lab"
+    dep.mkdir()
+    os.environ["CTK_LEASE_DIR"] = env["CTK_LEASE_DIR"]
+    try:
+        n = leases.lease(str(dep))
+
+        def destroy(*args):
+            return subprocess.run([sys.executable, "-m", "ctk", "destroy", *args], capture_output=True, text=True,
+                                  env=env, timeout=60)
+
+        r = destroy("--lease", str(n))
+        assert r.returncode == 2 and f"held by the lab in {dep}" in r.stderr and "--force" in r.stderr, r.stderr
+        assert leases.number(str(dep)) == n  # still held
+        r = destroy(str(dep), "--force")
+        assert r.returncode == 2 and "--force goes with --lease" in r.stderr
+        os.rmdir(dep)  # its folder gone: the lease is the only way to it
+        r = destroy("--lease", str(n))
+        assert r.returncode == 0, r.stderr
+        assert leases.number(str(dep)) is None
+        dep.mkdir()
+        n = leases.lease(str(dep))
+        r = destroy("--lease", str(n), "--force")
+        assert r.returncode == 0 and leases.number(str(dep)) is None, r.stderr
+    finally:
+        del os.environ["CTK_LEASE_DIR"]

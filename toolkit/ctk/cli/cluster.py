@@ -52,7 +52,11 @@ def add_parsers(sub) -> None:
                        "--lease N.")
     p.add_argument("dir", nargs="?", help="deployment folder")
     p.add_argument("--lease", type=int, metavar="N",
-                   help="stop the lab holding lease N (its addresses are 198.18.4N.0/22, its bridge ctkbrN), wherever its folder is")
+                   help="stop the lab holding lease N (its addresses are 198.18.4N.0/22, its bridge ctkbrN) whose "
+                   "folder was removed; a lab whose folder still exists is refused (exit 2) unless --force")
+    p.add_argument("--force", action="store_true",
+                   help="with --lease: stop the lab even though its folder still exists (it may be another "
+                   "user's or a running test's)")
     p.set_defaults(run=destroy)
 
     p = sub.add_parser("exec", help="run a command inside a node of a lab cluster (ssh target: on a host, over SSH)",
@@ -170,7 +174,9 @@ def destroy(args) -> int:
     if (args.dir is None) == (args.lease is None):
         raise UserError("ctk destroy: give a deployment folder or --lease N (not both)",
                         hint="ctk destroy DIR")
-    print(targets.destroy(args.dir, progress_of(args), lease=args.lease))
+    if args.force and args.lease is None:
+        raise UserError("ctk destroy --force goes with --lease N", hint="ctk destroy DIR needs no --force")
+    print(targets.destroy(args.dir, progress_of(args), lease=args.lease, force=args.force))
     return EXIT_OK
 
 

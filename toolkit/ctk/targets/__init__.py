@@ -83,15 +83,19 @@ def deploy(exp: "Expanded", deployment_dir: str, *, max_nodes: int | None, progr
         return target.deploy(exp, dep, deployment_dir, max_nodes=max_nodes, progress=progress)
 
 
-def destroy(deployment_dir: str | None, progress: Progress, lease: int | None = None) -> str:
-    """Stop a deployment; with LEASE, the lab holding that lease, its folder gone or not. A lab
-    whose folder was removed while it ran is stopped through its lease too."""
+def destroy(deployment_dir: str | None, progress: Progress, lease: int | None = None, force: bool = False) -> str:
+    """Stop a deployment; with LEASE, the lab holding that lease whose folder is gone (with
+    FORCE, one whose folder is still there too). A lab whose folder was removed while it ran is
+    stopped through its lease too."""
     from . import leases, local
 
     if lease is not None:
         holder = leases.holder(lease)
         if holder is None:
             raise UserError(f"--lease {lease}: no lab holds that lease")
+        if os.path.isdir(holder) and not force:  # someone's lab, running: its folder says whose
+            raise UserError(f"--lease {lease} is held by the lab in {holder}, whose folder still exists",
+                            hint=f"ctk destroy {holder} stops it; --force stops it through its lease anyway")
         stopped = local.destroy_local(holder)
         return f"destroyed the lab of lease {lease} ({holder}): stopped {len(stopped)} node(s)"
     assert deployment_dir is not None
