@@ -6,7 +6,10 @@ One lab image is built per test session into a fresh state dir (CTK_STATE_DIR)."
 import json
 import os
 import shutil
+import stat
 import subprocess
+import sys
+import time
 
 import pytest
 import yaml
@@ -157,3 +160,61 @@ def test_exports(slurm_image, state, tmp_path):
     # of its own, its network namespaces under /run/netns among them)
     left = [ln for ln in open("/proc/mounts") if state in ln or str(tmp_path) in ln]
     assert not left, left
+
+
+def _pids_with(text: str) -> dict[int, bytes]:
+    """{pid: its /proc stat's start time} of every process whose command line holds TEXT."""
+    out = {}
+    for pid in (d for d in os.listdir("/proc") if d.isdigit()):
+        try:
+            if text.encode() in open(f"/proc/{pid}/cmdline", "rb").read():
+                out[int(pid)] = open(f"/proc/{pid}/stat", "rb").read().rsplit(b")", 1)[1].split()[19]
+        except OSError:
+            pass
+    return out
+
+
+def _alive(pid: int, start: bytes) -> bool:
+    try:
+        return open(f"/proc/{pid}/stat", "rb").read().rsplit(b")", 1)[1].split()[19] == start
+    except OSError:
+        return False
+
+
+def test_a_build_killed_during_a_layer_leaves_nothing_running_after_the_next(lab_build, state, tmp_path, monkeypatch):
+    """SIGKILL of a build in the middle of a role: its build node (PID 1, sshd, the task), packer
+    and ansible stay behind; the next build of the store stops every one of them (checked by
+    pid) before it builds the layer, and the store keeps no partial layer."""
+    ansible = tmp_path / "ansible"
+    shutil.copytree(paths.ANSIBLE, ansible)
+    tasks = ansible / "roles" / "slow" / "tasks"
+    tasks.mkdir(parents=True)
+    (tasks / "main.yml").write_text("- name: Take a while\n  ansible.builtin.command: sleep 4321\n  changed_when: false\n"
+                                    "  when: not (slow_fixed | default(false))\n")
+    monkeypatch.setenv("CTK_ANSIBLE_DIR", str(ansible))
+    store = Store(state)
+    code = ("import sys\nfrom ctk.images.build import build_image\nfrom ctk.images.store import Store\n"
+            "from ctk.model import ImageSpec\nfrom ctk.progress import Progress\n"
+            "build_image(ImageSpec(name='slow', module_id='x', roles=['common', 'slow']), Store(sys.argv[1]), "
+            "Progress(quiet=True))\n")
+    build = subprocess.Popen([sys.executable, "-c", code, state], env={**os.environ, "CTK_ANSIBLE_DIR": str(ansible)},
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while not _pids_with("sleep 4321"):
+        assert build.poll() is None and time.monotonic() < deadline, "the slow layer never started"
+        time.sleep(0.5)
+    left = {**_pids_with(os.path.realpath(store.tmp)), **_pids_with("sleep 4321")}
+    build.kill()
+    build.wait()
+    time.sleep(1)
+    assert any(_alive(p, s) for p, s in left.items())  # what a killed build leaves behind
+    nodeinit = {p for p in left if b"ctk.sandbox.nodeinit" in open(f"/proc/{p}/cmdline", "rb").read()}
+    assert nodeinit, left
+    (tasks / "main.yml").write_text((tasks / "main.yml").read_text().replace("not (slow_fixed | default(false))",
+                                                                              "false"))
+    r = build_image(ImageSpec(name="slow", module_id="x", roles=["common", "slow"]), store, Progress(quiet=True))
+    assert r.built == ["slow"] and r.cached == ["common"]
+    assert not [p for p, s in left.items() if _alive(p, s)], "a process of the killed build is still running"
+    assert all(store.has(k) for k in os.listdir(store.layers)), "a layer without its meta.json"
+    assert not [d for d in os.listdir(store.tmp) if d.endswith(".build")]
+    assert stat.S_IMODE(os.stat(store.root).st_mode) == 0o700

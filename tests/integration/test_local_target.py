@@ -529,21 +529,33 @@ def test_a3mega_fixture_schedules_8_gpus_and_refuses_9(lab_build, state, tmp_pat
 
 def test_ctk_env_runs_the_labs_own_slurm_commands_with_no_host_slurm(lab):
     """`eval "$(ctk env DIR)"` in a shell whose PATH holds no host Slurm command: srun runs in
-    the login node, in the node's view of the current folder, and keeps its exit code."""
+    the login node as the lab's user, in the node's view of the current folder, and keeps its
+    exit code; root's /root is refused to the user, and `ctk env --user root` runs as root."""
     from .conftest import without_host_slurm
     root = os.path.join(lab.path, "lab", "root")
     os.makedirs(os.path.join(root, "work"), exist_ok=True)
-    env = {**{k: v for k, v in os.environ.items() if k != "SLURM_CONF"}, "PATH": without_host_slurm(os.environ["PATH"])}
+    work = os.path.join(user_home(lab.path), "work")
+    os.makedirs(work, exist_ok=True)
+    env = {**{k: v for k, v in os.environ.items() if k not in ("SLURM_CONF", "CTK_LAB_USER")},
+           "PATH": without_host_slurm(os.environ["PATH"])}
     script = (f'eval "$({sys.executable} -m ctk env {lab.path})" && command -v srun && '
-              'srun -N2 -p debug hostname && srun -N1 -p debug pwd && srun -N1 -p debug sh -c "exit 7"')
-    r = subprocess.run(["/bin/bash", "-c", script], capture_output=True, text=True, env=env, timeout=120,
-                       cwd=os.path.join(root, "work"))
+              'srun -N2 -p debug hostname && srun -N1 -p debug pwd && srun -N1 -p debug id -un && '
+              'srun -N1 -p debug sh -c "exit 7"')
+    r = subprocess.run(["/bin/bash", "-c", script], capture_output=True, text=True, env=env, timeout=120, cwd=work)
     assert r.returncode == 7, (r.stdout, r.stderr)
     out = r.stdout.split()
     assert out[0] == os.path.join(lab.path, "lab", "bin", "srun")
     debug = lab.slurm("sinfo", "-h", "-N", "-p", "debug", "-o", "%N").stdout.split()
     assert sorted(out[1:3]) == sorted(debug)[:2]
-    assert out[3] == "/root/work"
+    assert out[3:5] == ["/home/researcher/work", "researcher"]
+    r = subprocess.run(["/bin/bash", "-c", f'eval "$({sys.executable} -m ctk env {lab.path})" && srun -N1 pwd'],
+                       capture_output=True, text=True, env=env, timeout=60, cwd=os.path.join(root, "work"))
+    assert r.returncode == 125 and "cannot enter /root/work in the node as researcher" in r.stderr, r.stderr
+    assert "CTK_LAB_USER=root" in r.stderr
+    r = subprocess.run(["/bin/bash", "-c", f'eval "$({sys.executable} -m ctk env {lab.path} --user root)" && '
+                        'srun -N1 -p debug pwd && srun -N1 -p debug id -un'],
+                       capture_output=True, text=True, env=env, timeout=60, cwd=os.path.join(root, "work"))
+    assert (r.returncode, r.stdout.split()) == (0, ["/root/work", "root"]), r.stderr
     # A folder the nodes do not share: srun says which are shared (exit 2); squeue runs anyway.
     r = subprocess.run(["/bin/bash", "-c", f'eval "$({sys.executable} -m ctk env {lab.path})" && srun -N1 hostname'],
                        capture_output=True, text=True, env=env, timeout=60, cwd="/")

@@ -326,6 +326,9 @@ def build_image(spec: ImageSpec, store: Store | None = None, progress: Progress 
     layers = plan_layers(spec, base_layer_key(spec.base), stack)
     t0 = time.monotonic()
     with store.lock():
+        reaped = store.reap()  # what a build killed part-way left running and half-written
+        if reaped:
+            progress.say(f"note: stopped {len(reaped)} process(es) an interrupted build of this store left running")
         base = ensure_base(store, spec.base, progress)
         result = BuildResult(spec.name, [base])
         for lp in layers:

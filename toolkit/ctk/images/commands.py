@@ -84,6 +84,8 @@ def gc(dry_run: bool) -> list[str]:
     """Remove layers no image uses (and leftovers of interrupted builds)."""
     store = Store()
     with store.lock():
+        if not dry_run:  # first: a leftover build node runs from files gc would remove
+            store.reap(orphans_too=True)
         used = {k for n in store.image_names() for k in store.image(n)["layers"]}
         unused = [k for k in store.all_layers() if k not in used]
         stale = [os.path.join(store.layers, d) for d in os.listdir(store.layers)

@@ -30,6 +30,10 @@ class Store:
         self.layers = os.path.join(self.root, "layers")
         self.images = os.path.join(self.root, "images")
         self.tmp = os.path.join(self.root, "tmp")
+        # root's alone: layers hold setuid binaries, and a node's upper dir what its root wrote
+        os.makedirs(self.root, mode=0o700, exist_ok=True)
+        if os.stat(self.root).st_mode & 0o077 and os.stat(self.root).st_uid == os.geteuid():
+            os.chmod(self.root, 0o700)
         for d in (self.layers, self.images, self.tmp):
             os.makedirs(d, exist_ok=True)
 
@@ -95,3 +99,48 @@ class Store:
 
     def remove_layer(self, key: str) -> None:
         shutil.rmtree(self.layer_dir(key), ignore_errors=True)
+
+    def leftovers(self, orphans_too: bool = False) -> list[int]:
+        """Processes a dead build of this store left running: a layer's build node (its PID 1 and
+        monitor, whose spec lies in tmp/KEY.build/), its packer and ansible-playbook, a base's
+        debootstrap, found by the store's tmp/*.build paths on their command lines. Only layer
+        and base builds use those folders, and only under the store's lock: whoever holds the lock
+        knows every such process is a leftover. ORPHANS_TOO: also the nodes of a verification or
+        a rerun (tmp/verify-*, tmp/rerun-*) whose ctk process is gone (their monitor's parent is
+        PID 1)."""
+        tmp = os.path.realpath(self.tmp) + "/"
+        me = os.getpid()
+        out = []
+        for pid in (int(d) for d in os.listdir("/proc") if d.isdigit()):
+            if pid == me:
+                continue
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    argv = f.read().decode(errors="replace").split("\0")
+                ppid = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            paths = [a[a.index(tmp):] for a in argv if tmp in a]
+            if not paths:
+                continue
+            name = paths[0][len(tmp):].split("/", 1)[0]
+            if name.endswith(".build") or (orphans_too and ppid == 1 and "ctk.sandbox.nodeinit" in argv
+                                           and name.startswith(("verify-", "rerun-"))):
+                out.append(pid)
+        return sorted(out)
+
+    def reap(self, orphans_too: bool = False) -> list[int]:
+        """Stop what leftovers() finds (SIGTERM, SIGKILL after 15 s: a node's PID 1 takes its
+        whole PID namespace with it), then drop layers without meta.json and the leftovers' work
+        folders. Call under lock(). Returns the pids stopped."""
+        from ..sandbox.proc import terminate
+
+        pids = self.leftovers(orphans_too)
+        stopped = [pid for pid in pids if terminate(pid)]
+        for d in os.listdir(self.layers):
+            if not self.has(d):
+                shutil.rmtree(os.path.join(self.layers, d), ignore_errors=True)
+        for d in os.listdir(self.tmp):
+            if d.endswith(".build"):
+                shutil.rmtree(os.path.join(self.tmp, d), ignore_errors=True)
+        return stopped
