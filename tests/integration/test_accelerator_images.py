@@ -18,7 +18,7 @@ from ctk.images.store import Store
 from ctk.stacks import load_stacks
 from ctk.stacks.drivers import image_driver
 
-from .conftest import IMAGE_TOOLS, ctk, lab_env
+from .conftest import IMAGE_TOOLS, ctk, lab_env, user_home
 
 pytestmark = pytest.mark.integration
 for tool in (*IMAGE_TOOLS, "slurmctld", "modinfo"):
@@ -98,7 +98,7 @@ def test_the_accelerator_labs_deploy_and_run_a_two_node_job(accel_images, bluepr
         assert out.count("process_count=2") == 2, out
         part, want = ("gpu", "gpu:h100:8") if blueprint == GPU_LAB else ("tpu", "(null)")
         r = subprocess.run(["sinfo", "-h", "-p", part, "-o", "%D %G"], capture_output=True, text=True,
-                           env=lab_env(dep), cwd=os.path.join(dep, "lab", "root"))
+                           env=lab_env(dep), cwd=user_home(dep))
         assert r.stdout.split() == ["2", want], (r.stdout, r.stderr)
     finally:
         ctk("destroy", dep, env=env)

@@ -8,8 +8,11 @@ cannot leave a node whose root was pivoted). Dropped, among the rest: CAP_SYS_AD
 namespaces, bpf), CAP_NET_ADMIN, CAP_SYS_MODULE, CAP_SYS_PTRACE, CAP_SYS_RAWIO, CAP_MKNOD (a
 node would make a device node of the host's disk), CAP_DAC_READ_SEARCH (open_by_handle_at opens
 any file of a file system a bind mount shares with the host), CAP_NET_RAW, CAP_SYS_BOOT,
-CAP_SYS_TIME. Build nodes keep CAP_SETFCAP as well: package scripts (ping's) set file
-capabilities, which no_new_privs keeps from taking effect in a node.
+CAP_SYS_TIME. Build nodes (and the bare machines the ssh target's tests configure) keep
+CAP_SETFCAP, since package scripts (ping's) set file capabilities, which no_new_privs keeps from
+taking effect; and CAP_SYS_PTRACE, since start-stop-daemon, as root, reads /proc/PID/exe of a
+daemon that runs as its own user (slurmctld as slurm) to know it runs. Their PID namespace holds
+it to the node's own processes.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ NAMES = ("chown", "dac_override", "dac_read_search", "fowner", "fsetid", "kill",
          "wake_alarm", "block_suspend", "audit_read", "perfmon", "bpf", "checkpoint_restore")
 NODE = ("chown", "dac_override", "fowner", "fsetid", "kill", "setgid", "setuid", "setpcap",
         "net_bind_service", "sys_chroot", "audit_write")
-BUILD = NODE + ("setfcap",)
+BUILD = NODE + ("setfcap", "sys_ptrace")
 
 PR_CAPBSET_DROP = 24
 PR_SET_NO_NEW_PRIVS = 38
