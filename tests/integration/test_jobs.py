@@ -7,6 +7,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import time
 
 import pytest
@@ -233,7 +234,8 @@ def test_submit_follow_logs_and_cancel_through_the_login_node_over_ssh(lab, tmp_
     # the script and the log are in the lab's user's home on the login node (shared by every node)
     root = os.path.join(user_home(lab.path), ".ctk-jobs")
     assert any(n.startswith("jax-smoke-") for n in os.listdir(root))
-    assert os.path.exists(os.path.join(root, f"jax-smoke-{jid}.out"))
+    out = os.stat(os.path.join(root, f"jax-smoke-{jid}.out"))
+    assert (out.st_uid, stat.S_IMODE(out.st_mode)) == (1900000, 0o600)  # the user's alone, as its script
 
     r = ctk("job", "submit", "jax-train", "--set", "partition=debug", *host, "--", "bash", "-c",
             "echo started; sleep 300", env=env)

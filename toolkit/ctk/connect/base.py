@@ -142,8 +142,10 @@ class HereCluster(Cluster):
 
     def run(self, argv: Sequence[str], timeout: float = 30, stdin: str | None = None) -> Result:
         try:
+            # umask 077: sbatch hands it to the job (SLURM_UMASK), so its logs are its user's alone
             r = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, env=self._env(),
-                               input=stdin, stdin=None if stdin is not None else subprocess.DEVNULL)
+                               input=stdin, stdin=None if stdin is not None else subprocess.DEVNULL,
+                               preexec_fn=lambda: os.umask(0o077))
         except FileNotFoundError:
             raise UserError(f"{argv[0]}: not installed on this machine") from None
         except subprocess.TimeoutExpired:
@@ -261,7 +263,8 @@ class SshCluster(Cluster):
     def run(self, argv: Sequence[str], timeout: float = 30, stdin: str | None = None) -> Result:
         self._open()
         try:
-            r = self.conn.run(shlex.join(argv), hide=True, warn=True, timeout=timeout,
+            # umask 077: sbatch hands it to the job (SLURM_UMASK), so its logs are its user's alone
+            r = self.conn.run("umask 077; " + shlex.join(argv), hide=True, warn=True, timeout=timeout,
                               in_stream=io.StringIO(stdin) if stdin is not None else False)
         except Exception as e:  # invoke's CommandTimedOut and connection errors
             if type(e).__name__ == "CommandTimedOut":

@@ -120,6 +120,9 @@ class LabCluster(HereCluster):
         except subprocess.TimeoutExpired:
             raise SlurmError(f"{argv[0]}: no answer from the lab within {timeout:.0f}s") from None
         if r.returncode == 125 and not r.stdout:  # the node could not start it (sandbox/enter.py)
+            if r.stderr.startswith("no user "):
+                raise UserError(f"{USER_ENV}={self.user}: {r.stderr.strip()}",
+                                hint=f"unset {USER_ENV} (the lab's user), or {USER_ENV}=root")
             raise SlurmError(f"{argv[0]} on the lab: {r.stderr.strip()}")
         return Result(r.returncode, r.stdout, r.stderr)
 
