@@ -120,7 +120,12 @@ def test_destroy_by_lease_refuses_a_lab_whose_folder_exists_unless_forced(tmp_pa
     dep.mkdir()
     os.environ["CTK_LEASE_DIR"] = env["CTK_LEASE_DIR"]
     try:
+        # Destroying a lease removes lab N's network, host-wide: take the last number, which a
+        # lab running beside the tests (the soak's, a developer's) would hardly hold.
+        for i in range(leases.MAX_LEASES - 1):
+            leases.lease(str(tmp_path / f"placeholder-{i}"))
         n = leases.lease(str(dep))
+        assert n == leases.MAX_LEASES and not os.path.exists(f"/sys/class/net/ctkbr{n}")
 
         def destroy(*args):
             return subprocess.run([sys.executable, "-m", "ctk", "destroy", *args], capture_output=True, text=True,
@@ -136,7 +141,7 @@ def test_destroy_by_lease_refuses_a_lab_whose_folder_exists_unless_forced(tmp_pa
         assert r.returncode == 0, r.stderr
         assert leases.number(str(dep)) is None
         dep.mkdir()
-        n = leases.lease(str(dep))
+        assert leases.lease(str(dep)) == n
         r = destroy("--lease", str(n), "--force")
         assert r.returncode == 0 and leases.number(str(dep)) is None, r.stderr
     finally:
