@@ -389,7 +389,8 @@ def node_spec(plan: LabPlan, x: LabNode, ldir: str, lowerdirs: list[str]) -> nod
         services, env = [], {"SLURM_SACK_KEY": f"/run/{SLURM_KEY_IN_NODE}"}
         run_files = {SLURM_KEY_IN_NODE: {"src": os.path.join(ldir, "secrets", "slurm.key"), "mode": "0400",
                                          "owner": "root"}}
-        run_dirs = [{"path": "ctk", "mode": "0700", "owner": "root"}]
+        # 0755 as with munge: the key is 0400, and jobs read /run/ctk/preempted there
+        run_dirs = [{"path": "ctk", "mode": "0755", "owner": "root"}]
         if x.role == "login":  # the socket Slurm's commands authenticate through on a login node
             services.append(nodes.Service("sackd", ["/usr/sbin/sackd", "-D"], env=env))
     else:
