@@ -166,8 +166,10 @@ def _pids_with(text: str) -> dict[int, bytes]:
     """{pid: its /proc stat's start time} of every process whose command line holds TEXT."""
     out = {}
     for pid in (d for d in os.listdir("/proc") if d.isdigit()):
-        try:
-            if text.encode() in open(f"/proc/{pid}/cmdline", "rb").read():
+        if int(pid) == os.getpid():
+            continue
+        try:  # the words of a command line are NUL-separated
+            if text.encode() in open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" "):
                 out[int(pid)] = open(f"/proc/{pid}/stat", "rb").read().rsplit(b")", 1)[1].split()[19]
         except OSError:
             pass
@@ -189,7 +191,8 @@ def test_a_build_killed_during_a_layer_leaves_nothing_running_after_the_next(lab
     shutil.copytree(paths.ANSIBLE, ansible)
     tasks = ansible / "roles" / "slow" / "tasks"
     tasks.mkdir(parents=True)
-    (tasks / "main.yml").write_text("- name: Take a while\n  ansible.builtin.command: sleep 4321\n  changed_when: false\n"
+    (tasks / "main.yml").write_text(f"- name: Take a while ({os.urandom(4).hex()}, a layer of its own)\n"
+                                    "  ansible.builtin.command: sleep 4321\n  changed_when: false\n"
                                     "  when: not (slow_fixed | default(false))\n")
     monkeypatch.setenv("CTK_ANSIBLE_DIR", str(ansible))
     store = Store(state)
@@ -199,17 +202,23 @@ def test_a_build_killed_during_a_layer_leaves_nothing_running_after_the_next(lab
             "Progress(quiet=True))\n")
     build = subprocess.Popen([sys.executable, "-c", code, state], env={**os.environ, "CTK_ANSIBLE_DIR": str(ansible)},
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 300
-    while not _pids_with("sleep 4321"):
-        assert build.poll() is None and time.monotonic() < deadline, "the slow layer never started"
-        time.sleep(0.5)
-    left = {**_pids_with(os.path.realpath(store.tmp)), **_pids_with("sleep 4321")}
+    try:
+        deadline = time.monotonic() + 300
+        while not _pids_with("sleep 4321"):
+            assert build.poll() is None and time.monotonic() < deadline, "the slow layer never started"
+            time.sleep(0.5)
+        left = {**_pids_with(os.path.realpath(store.tmp)), **_pids_with("sleep 4321")}
+    except BaseException:  # a build left running would hold the store's lock for every later test
+        build.kill()
+        build.wait()
+        with store.lock():
+            store.reap()
+        raise
     build.kill()
     build.wait()
     time.sleep(1)
     assert any(_alive(p, s) for p, s in left.items())  # what a killed build leaves behind
-    nodeinit = {p for p in left if b"ctk.sandbox.nodeinit" in open(f"/proc/{p}/cmdline", "rb").read()}
-    assert nodeinit, left
+    assert _pids_with("ctk.sandbox.nodeinit " + os.path.realpath(store.tmp)), left  # the build node runs on
     (tasks / "main.yml").write_text((tasks / "main.yml").read_text().replace("not (slow_fixed | default(false))",
                                                                               "false"))
     r = build_image(ImageSpec(name="slow", module_id="x", roles=["common", "slow"]), store, Progress(quiet=True))
