@@ -565,17 +565,11 @@ def test_ctk_env_runs_the_labs_own_slurm_commands_with_no_host_slurm(lab):
     assert r.returncode == 0, r.stderr
 
 
-def test_destroy_leaves_nothing_behind(lab_build, state, tmp_path_factory):
-    lab = deploy(tmp_path_factory, state, "gone", LAB)
-    n = json.load(open(os.path.join(lab.path, "lab", "state.json")))["n"]
-    assert os.path.exists(f"/sys/class/net/ctkbr{n}") and any(x.startswith(f"ctk-{n}-") for x in os.listdir("/run/netns"))
-    pids = [int(p) for p in lab.node_pids().values()]
-    r = lab.ctk("destroy", lab.path)
-    assert r.returncode == 0, r.stderr
+def _nothing_left(lab, n, pids):
+    """No process, mount or network of the lab is left."""
     for pid in pids:
         assert not os.path.exists(f"/proc/{pid}")
-    mounts = open("/proc/mounts").read()
-    assert lab.path not in mounts
+    assert os.path.join(lab.path, "lab") not in open("/proc/mounts").read()
     cmdlines = []
     for p in os.listdir("/proc"):
         if p.isdigit():
@@ -583,12 +577,71 @@ def test_destroy_leaves_nothing_behind(lab_build, state, tmp_path_factory):
                 cmdlines.append(open(f"/proc/{p}/cmdline", "rb").read().decode(errors="replace"))
             except OSError:
                 pass
-    assert not [c for c in cmdlines if lab.path in c]
+    assert not [c for c in cmdlines if lab.path in c.replace("\0", " ")]
     # its network: the bridge, each node's namespace and veth
     assert not os.path.exists(f"/sys/class/net/ctkbr{n}")
     assert not [x for x in os.listdir("/run/netns") if x.startswith(f"ctk-{n}-")]
     assert not [x for x in os.listdir("/sys/class/net") if x.startswith(f"ctk{n}v")]
-    assert not os.path.exists(os.path.join(lab.path, "lab"))
+
+
+def test_destroy_keeps_users_data_for_the_next_deploy_and_purge_deletes_it(lab_build, state, tmp_path_factory):
+    """`ctk destroy` stops every process, mount and network of the lab and keeps what users made:
+    a file in /home, the accounting database (sacct still lists an earlier job), the controller's
+    state (job ids go on). Another cluster's blueprint is refused (exit 2) before anything changes,
+    running or not; with -w it replaces the lab, the data kept; --purge deletes it all."""
+    lab = deploy(tmp_path_factory, state, "gone", LAB)
+    ldir = os.path.join(lab.path, "lab")
+    n = json.load(open(os.path.join(ldir, "state.json")))["n"]
+    assert os.path.exists(f"/sys/class/net/ctkbr{n}") and any(x.startswith(f"ctk-{n}-") for x in os.listdir("/run/netns"))
+    as_user = ("exec", "--user", "researcher", lab.path, "lab-login-0", "--")
+    r = lab.ctk(*as_user, "sh", "-c", "echo mine > /home/researcher/work.txt")
+    assert r.returncode == 0, r.stderr
+    first = lab.slurm("sbatch", "--parsable", "--wrap", "true", "-o", "/dev/null").stdout.strip()
+    for _ in range(300):
+        if lab.slurm("sacct", "-n", "-X", "-j", first, "-o", "state").stdout.strip() == "COMPLETED":
+            break
+        time.sleep(0.2)
+    pids = [int(p) for p in lab.node_pids().values()]
+    r = lab.ctk("destroy", lab.path)
+    assert r.returncode == 0, r.stderr
+    assert f"{ldir}/home  /home of every node" in r.stdout and "the accounting database" in r.stdout, r.stdout
+    _nothing_left(lab, n, pids)
+    assert sorted(os.listdir(ldir)) == ["home", "identity.json", "root", "slurmctld", "slurmdbd"]
+
+    t0 = time.monotonic()
+    r = lab.ctk("deploy", HEALTH, "-o", lab.path)
+    print(f"another cluster's deploy into the destroyed lab's folder refused in {time.monotonic() - t0:.2f} s")
+    assert r.returncode == 2 and f"{lab.path} keeps the data of cluster 'lab'" in r.stderr, r.stderr
+    assert sorted(os.listdir(ldir)) == ["home", "identity.json", "root", "slurmctld", "slurmdbd"]
+
+    r = lab.ctk("deploy", LAB, "-o", lab.path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    r = lab.ctk(*as_user, "cat", "/home/researcher/work.txt")
+    assert r.stdout == "mine\n", r.stderr
+    assert lab.slurm("sacct", "-n", "-X", "-j", first, "-o", "state").stdout.strip() == "COMPLETED"
+    second = lab.slurm("sbatch", "--parsable", "--wrap", "true", "-o", "/dev/null").stdout.strip()
+    assert int(second) > int(first)
+
+    t0 = time.monotonic()
+    r = lab.ctk("deploy", HEALTH, "-o", lab.path)
+    print(f"another cluster's deploy into the running lab's folder refused in {time.monotonic() - t0:.2f} s")
+    assert r.returncode == 2 and f"{lab.path} runs cluster 'lab'" in r.stderr, r.stderr
+    assert lab.status()[1]["deployment"] == "lab"
+    r = lab.ctk("deploy", HEALTH, "-o", lab.path, "-w")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "replaced cluster lab: stopped the lab of cluster lab" in r.stdout, r.stdout
+    assert f"kept the saved state of cluster lab's controller in {ldir}/slurmctld.lab" in r.stdout, r.stdout
+    rc, st = lab.status()
+    assert st["deployment"] == "health" and "lab-login-0" not in [x["name"] for x in st["nodes"]]
+    r = lab.ctk("exec", "--user", "researcher", lab.path, "health-controller", "--", "cat", "/home/researcher/work.txt")
+    assert r.stdout == "mine\n", r.stderr
+
+    n = json.load(open(os.path.join(ldir, "state.json")))["n"]
+    pids = [int(p) for p in lab.node_pids().values()]
+    r = lab.ctk("destroy", "--purge", lab.path)
+    assert r.returncode == 0 and "deleted (--purge):" in r.stdout and f"{ldir}/slurmctld.lab" in r.stdout, r.stdout
+    _nothing_left(lab, n, pids)
+    assert not os.path.exists(ldir)
 
 
 def test_jax_smoke_template_all_reduces_across_two_nodes(lab):

@@ -36,6 +36,10 @@ def add_parsers(sub) -> None:
                    "DIR/lab/power/events.log and ctk status")
     p.add_argument("--chaos-seed", type=int, default=None, metavar="N",
                    help="seed of --chaos's random choices (default: the module's chaos_seed, else a new one)")
+    p.add_argument("-w", "--overwrite", action="store_true",
+                   help="replace the cluster the folder holds when it is another one (another cluster name or "
+                   "target): stop it, keep its /home, /root and accounting database, deploy this one. Without "
+                   "-w such a deploy is refused (exit 2) before anything changes")
     p.add_argument("-q", "--quiet", action="store_true", help="print only the result")
     p.add_argument("--json", action="store_true", help="machine-readable result")
     p.set_defaults(run=deploy)
@@ -45,11 +49,14 @@ def add_parsers(sub) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable status")
     p.set_defaults(run=status)
 
-    p = sub.add_parser("destroy", help="stop every daemon of a lab cluster and free its addresses and ports "
-                       "(ssh target: stop the daemons on the hosts; packages stay)",
-                       description="Stop a deployment. A lab whose folder was removed while it ran is "
-                       "still found (through its lease) and stopped: give the folder's old path, or "
-                       "--lease N.")
+    p = sub.add_parser("destroy", help="stop every daemon of a lab cluster and free its addresses and ports, "
+                       "keeping its users' data (ssh target: stop the daemons on the hosts; packages stay)",
+                       description="Stop a deployment. On a lab, what users made stays in DIR/lab and is "
+                       "listed: /home and /root of the nodes (lab/home, lab/root), the accounting database "
+                       "(lab/slurmdbd) and the controller's saved state (lab/slurmctld: queued jobs, the next "
+                       "job id); the next `ctk deploy` into DIR uses them again, and --purge deletes them. "
+                       "A lab whose folder was removed while it ran is still found (through its lease) and "
+                       "stopped: give the folder's old path, or --lease N.")
     p.add_argument("dir", nargs="?", help="deployment folder")
     p.add_argument("--lease", type=int, metavar="N",
                    help="stop the lab holding lease N (its addresses are 198.18.4N.0/22, its bridge ctkbrN) whose "
@@ -57,6 +64,9 @@ def add_parsers(sub) -> None:
     p.add_argument("--force", action="store_true",
                    help="with --lease: stop the lab even though its folder still exists (it may be another "
                    "user's or a running test's)")
+    p.add_argument("--purge", action="store_true",
+                   help="also delete the lab's /home, /root, accounting database and controller state (each "
+                   "deleted folder is listed)")
     p.set_defaults(run=destroy)
 
     p = sub.add_parser("exec", help="run a command inside a node of a lab cluster (ssh target: on a host, over SSH)",
@@ -137,7 +147,7 @@ def deploy(args) -> int:
         if args.chaos_seed is not None:
             exp.deployment.lab.chaos_seed = args.chaos_seed
     out = args.out or os.path.join(".", exp.deployment.deployment_name)
-    outcome = targets.deploy(exp, out, max_nodes=args.max_nodes, progress=progress_of(args))
+    outcome = targets.deploy(exp, out, max_nodes=args.max_nodes, progress=progress_of(args), overwrite=args.overwrite)
     sys.stdout.write(json.dumps(outcome.record, indent=2) + "\n" if args.json else outcome.render())
     return EXIT_OK
 
@@ -176,7 +186,7 @@ def destroy(args) -> int:
                         hint="ctk destroy DIR")
     if args.force and args.lease is None:
         raise UserError("ctk destroy --force goes with --lease N", hint="ctk destroy DIR needs no --force")
-    print(targets.destroy(args.dir, progress_of(args), lease=args.lease, force=args.force))
+    print(targets.destroy(args.dir, progress_of(args), lease=args.lease, force=args.force, purge=args.purge))
     return EXIT_OK
 
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import UserError, did_you_mean
 from ..progress import Progress
-from .base import (DeployOutcome, NodeStatus, PartitionStatus, Status, Target, deployment_lock,
+from .base import (IDENTITY_HINT, DeployOutcome, NodeStatus, PartitionStatus, Status, Target, deployment_lock,
                    target_of_folder)
 
 if TYPE_CHECKING:
@@ -71,19 +71,63 @@ def of_folder(deployment_dir: str) -> Target:
     return get(name)
 
 
-def deploy(exp: "Expanded", deployment_dir: str, *, max_nodes: int | None, progress: Progress) -> DeployOutcome:
+def held(deployment_dir: str) -> dict | None:
+    """The cluster a deployment folder holds: {target, cluster, deployment, running}, where it is
+    deployed or keeps a destroyed lab's data; None where it holds none."""
+    import json
+
+    name = target_of_folder(deployment_dir)
+    if name is None or name not in REGISTRY:
+        return None
+    target = get(name)
+    own = target.held(deployment_dir)
+    if own is not None:
+        return {"target": name, **own}
+    if not target.is_deployed(deployment_dir):
+        return None
+    try:
+        with open(os.path.join(deployment_dir, "deployment.json")) as f:
+            d = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return {"target": name, "cluster": d.get("slurm_cluster_name"), "deployment": d.get("deployment_name"),
+            "running": True}
+
+
+def deploy(exp: "Expanded", deployment_dir: str, *, max_nodes: int | None, progress: Progress,
+           overwrite: bool = False) -> DeployOutcome:
     """Write the deployment folder's files and deploy it on its blueprint's target, holding the
-    folder's lock."""
+    folder's lock. A folder that holds another cluster (another name, or another target) is
+    refused before anything is written, unless OVERWRITE: then the old one is stopped first
+    (its users' data kept)."""
     from . import folder
 
     dep = exp.deployment  # type: ignore[attr-defined]
     target = get(dep.target)
     with deployment_lock(deployment_dir):
+        old = held(deployment_dir)
+        if old is not None and (old["target"], old["cluster"]) != (dep.target, dep.slurm_cluster_name):
+            what = f"cluster {old['cluster']!r}" + (f" (deployment {old['deployment']})" if old.get("deployment") else "")
+            how = "runs" if old.get("running") else "keeps the data of"
+            if not overwrite:
+                raise UserError(
+                    f"{deployment_dir} {how} {what} on the {old['target']} target; the blueprint is cluster "
+                    f"{dep.slurm_cluster_name!r} (deployment {dep.deployment_name}) on the {dep.target} target: "
+                    "a deployment folder holds one cluster",
+                    hint=IDENTITY_HINT.format(dir=deployment_dir))
+            replaced = get(old["target"]).replace(deployment_dir, old, dep, progress)
+        else:
+            replaced = None
         folder.update(exp, dep, deployment_dir)
-        return target.deploy(exp, dep, deployment_dir, max_nodes=max_nodes, progress=progress)
+        outcome = target.deploy(exp, dep, deployment_dir, max_nodes=max_nodes, progress=progress)
+        if replaced is not None:
+            outcome.lines[:0] = [f"replaced cluster {old['cluster']}: {line}" for line in replaced]
+            outcome.record["replaced"] = {"cluster": old["cluster"], "target": old["target"], "done": replaced}
+        return outcome
 
 
-def destroy(deployment_dir: str | None, progress: Progress, lease: int | None = None, force: bool = False) -> str:
+def destroy(deployment_dir: str | None, progress: Progress, lease: int | None = None, force: bool = False,
+            purge: bool = False) -> str:
     """Stop a deployment; with LEASE, the lab holding that lease whose folder is gone (with
     FORCE, one whose folder is still there too). A lab whose folder was removed while it ran is
     stopped through its lease too."""
@@ -96,15 +140,15 @@ def destroy(deployment_dir: str | None, progress: Progress, lease: int | None = 
         if os.path.isdir(holder) and not force:  # someone's lab, running: its folder says whose
             raise UserError(f"--lease {lease} is held by the lab in {holder}, whose folder still exists",
                             hint=f"ctk destroy {holder} stops it; --force stops it through its lease anyway")
-        stopped = local.destroy_local(holder)
-        return f"destroyed the lab of lease {lease} ({holder}): stopped {len(stopped)} node(s)"
+        res = local.destroy_local(holder, purge=purge)
+        return local.destroy_message(holder, res).replace(f"destroyed {holder}", f"destroyed the lab of lease {lease} ({holder})", 1)
     assert deployment_dir is not None
     if not os.path.isdir(deployment_dir) and local.has_leftovers(deployment_dir):
-        stopped = local.destroy_local(deployment_dir)
-        return f"destroyed {deployment_dir} (its folder is gone): stopped {len(stopped)} node(s)"
+        res = local.destroy_local(deployment_dir)
+        return f"destroyed {deployment_dir} (its folder is gone): stopped {len(res.stopped)} node(s)"
     target = of_folder(deployment_dir)
     with deployment_lock(deployment_dir):
-        return target.destroy(deployment_dir, progress)
+        return target.destroy(deployment_dir, progress, purge=purge)
 
 
 __all__ = ["REGISTRY", "DeployOutcome", "NodeStatus", "PartitionStatus", "Status", "Target", "deploy", "destroy", "get", "job_cluster", "of_folder"]

@@ -170,6 +170,12 @@ class DeployOutcome:
         return "\n".join(self.lines) + "\n"
 
 
+# What to do about a deploy into a folder that holds another cluster.
+IDENTITY_HINT = ("deploy the blueprint into another folder (-o DIR); or -w replaces the cluster in {dir} (its "
+                 "/home, /root and accounting database are kept); or `ctk destroy --purge {dir}` first deletes "
+                 "what the folder holds")
+
+
 class Target:
     """A place deployments go. Subclasses implement every method."""
 
@@ -190,9 +196,19 @@ class Target:
     def status(self, deployment_dir: str) -> Status:
         raise NotImplementedError
 
-    def destroy(self, deployment_dir: str, progress: Progress) -> str:
-        """Stop what the deployment runs; the message `ctk destroy` prints."""
+    def destroy(self, deployment_dir: str, progress: Progress, purge: bool = False) -> str:
+        """Stop what the deployment runs; the message `ctk destroy` prints. Users' data stays
+        unless PURGE (a target that keeps none refuses PURGE)."""
         raise NotImplementedError
+
+    def held(self, deployment_dir: str) -> dict | None:
+        """The cluster the folder holds on this target ({cluster, deployment, running}: deployed,
+        or its data kept after a destroy), or None."""
+        return None
+
+    def replace(self, deployment_dir: str, old: dict, dep: "Deployment", progress: Progress) -> list[str]:
+        """Make room for DEP where OLD (what held() said) is, keeping users' data; what was done."""
+        return [self.destroy(deployment_dir, progress)] if old.get("running") else []
 
     def exec(self, deployment_dir: str, node: str, argv: list[str], user: str | None = None) -> int:
         raise NotImplementedError

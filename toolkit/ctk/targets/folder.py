@@ -130,6 +130,11 @@ def create(exp: Expanded, dep: Deployment, out_dir: str, overwrite: bool = False
         if os.path.exists(os.path.join(out_dir, "lab", "state.json")):
             raise UserError(f"{out_dir} has a lab cluster deployed from it",
                             hint=f"`ctk deploy` updates it in place; `ctk destroy {out_dir}` stops it first")
+        if os.path.isdir(os.path.join(out_dir, "lab")):
+            raise UserError(f"{out_dir} keeps a destroyed lab's data in {os.path.join(out_dir, 'lab')} (its /home, "
+                            "/root and accounting database); -w would delete it",
+                            hint=f"`ctk deploy` updates the folder in place and uses that data again; "
+                            f"`ctk destroy --purge {out_dir}` deletes it first")
         if os.path.exists(os.path.join(out_dir, "ssh", "state.json")):
             raise UserError(f"{out_dir} has a cluster deployed from it over SSH (its munge key is there)",
                             hint=f"`ctk deploy` updates it in place; `ctk destroy {out_dir}` stops it first")

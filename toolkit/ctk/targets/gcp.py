@@ -83,7 +83,10 @@ class GcpTarget(Target):
         raise UserError(f"{deployment_dir} is on Google Cloud: ctk status reads only clusters it runs",
                         hint="ask the cluster's login node: ctk job status --host LOGIN_NODE")
 
-    def destroy(self, deployment_dir: str, progress: Progress) -> str:
+    def destroy(self, deployment_dir: str, progress: Progress, purge: bool = False) -> str:
+        if purge:
+            raise UserError("--purge: a cluster on Google Cloud keeps no data in its deployment folder",
+                            hint=f"ctk destroy {deployment_dir}")
         gdir = os.path.join(_gcp_dir(deployment_dir), _deployment_name(deployment_dir))
         argv = [GCLUSTER, "destroy", gdir, "--auto-approve"]
         if shutil.which(GCLUSTER) is None:

@@ -22,6 +22,10 @@ what a node's root writes in the shared folders is root's on the host too. The r
                            where slurmdbd keeps every job for sacct); secrets/ holds its
                            password and slurmdbd.conf, which only the controller sees
     lab/nodes/NAME/        each node's upper dir, logs and pid
+    lab/identity.json      the cluster lab/ belongs to (a deploy of another one is refused)
+
+`ctk destroy` keeps home/, root/, slurmdbd/ and slurmctld/ (KEPT), users' and accounting's data,
+and removes the rest; --purge removes them too.
 """
 
 from __future__ import annotations
@@ -49,7 +53,7 @@ from ..sandbox.proc import ctk_env, terminate
 from . import leases
 from .labagent import MEMORY_RESERVE_MB, NODE_MB, available_mb
 from .labclient import USER_ENV, LabCluster, client_node, job_cluster, lab_dir, load_state, slurm
-from .base import (SINFO_PARTITIONS, DeployOutcome, NodeStatus, Status, Target, parse_node_states,
+from .base import (IDENTITY_HINT, SINFO_PARTITIONS, DeployOutcome, NodeStatus, Status, Target, parse_node_states,
                    parse_partitions, power_state, wait_ready)
 
 if TYPE_CHECKING:  # the builders are imported where they are used: `ctk job` needs none of them
@@ -729,6 +733,9 @@ def deploy_local(dep: Deployment, deployment_dir: str, *, max_nodes: int = DEFAU
     # A planted link or a foreign key in lab/secrets stops the deploy before anything starts.
     if os.path.lexists(ldir):
         secretfiles.check_tree(ldir, "secrets")
+    ident = lab_identity(deployment_dir)
+    if ident and ident["cluster"] != dep.slurm_cluster_name:  # before anything is written or started
+        raise UserError(identity_clash(deployment_dir, ident, dep), hint=IDENTITY_HINT.format(dir=deployment_dir))
     n = leases.lease(deployment_dir)
     old = load_state(deployment_dir) or {}
     running = {x["name"] for x in old.get("nodes", [])
@@ -766,6 +773,8 @@ def deploy_local(dep: Deployment, deployment_dir: str, *, max_nodes: int = DEFAU
         # What a node's root writes in the shared folders (a setuid binary, a file with
         # capabilities) is root's on the host too: no host user but root may reach lab/.
         os.chmod(ldir, 0o700)
+        atomic.write_if_changed(os.path.join(ldir, IDENTITY), json.dumps(
+            {"cluster": dep.slurm_cluster_name, "deployment": dep.deployment_name}) + "\n", 0o600)
         os.chmod(os.path.join(ldir, "home"), 0o755)
         user_home(plan, ldir)
         os.chmod(os.path.join(ldir, "root"), 0o700)
@@ -934,17 +943,123 @@ def has_leftovers(deployment_dir: str) -> bool:
     return leases.leased(deployment_dir) or bool(_lab_processes(deployment_dir))
 
 
-def destroy_local(deployment_dir: str) -> list[str]:
+# What `ctk destroy` keeps of a lab (its users' and its accounting's data), by folder of lab/,
+# with what it is on the nodes; `ctk destroy --purge` deletes it, and the next deploy into
+# the folder uses it again.
+KEPT = (("home", "/home of every node"), ("root", "/root of every node"),
+        ("slurmdbd", "the accounting database (sacct's history)"),
+        ("slurmctld", "the controller's saved state (queued jobs, the next job id)"))
+IDENTITY = "identity.json"  # the cluster lab/ belongs to: {"cluster", "deployment"}
+
+
+def identity_clash(deployment_dir: str, held: dict, dep: Deployment) -> str:
+    """The refusal of a deploy of DEP into a folder that holds another cluster (HELD)."""
+    how = "runs" if held.get("running", load_state(deployment_dir) is not None) else "keeps the data of"
+    old = f"cluster {held['cluster']!r}" + (f" (deployment {held['deployment']})" if held.get("deployment") else "")
+    return (f"{deployment_dir} {how} {old}; the blueprint is cluster {dep.slurm_cluster_name!r} "
+            f"(deployment {dep.deployment_name}): a deployment folder holds one cluster")
+
+
+@dataclass
+class DestroyResult:
+    stopped: list[str]
+    kept: list[tuple[str, str]]  # (path, what it is) left in place
+    deleted: list[tuple[str, str]]  # (path, what it was) of the kept kinds, deleted by --purge
+
+
+def kept_data(deployment_dir: str) -> list[tuple[str, str]]:
+    """(path, what it is) of each folder of users' or accounting data under lab/, kept by
+    destroy (with the saved state of controllers of other clusters, set aside by deploy -w)."""
+    ldir = os.path.abspath(lab_dir(deployment_dir))
+    out = [(os.path.join(ldir, name), what) for name, what in KEPT if os.path.isdir(os.path.join(ldir, name))]
+    try:
+        names = sorted(os.listdir(ldir))
+    except OSError:
+        names = []
+    for name in names:
+        if name.startswith("slurmctld.") and os.path.isdir(os.path.join(ldir, name)):
+            out.append((os.path.join(ldir, name), f"the saved state of the controller of cluster {name[10:]}"))
+    return out
+
+
+def lab_identity(deployment_dir: str) -> dict | None:
+    """The cluster whose lab lives (or whose data is kept) in DEPLOYMENT_DIR/lab: {cluster,
+    deployment}, from lab/identity.json, else slurmctld's own record of its cluster's name in
+    its saved state; None if lab/ holds no cluster's data."""
+    ldir = lab_dir(deployment_dir)
+    try:
+        with open(os.path.join(ldir, IDENTITY)) as f:
+            ident = json.load(f)
+        if isinstance(ident, dict) and isinstance(ident.get("cluster"), str):
+            return ident
+    except (OSError, ValueError):
+        pass
+    try:
+        with open(os.path.join(ldir, "slurmctld", "clustername")) as f:
+            name = f.read().strip()
+    except OSError:
+        return None
+    return {"cluster": name, "deployment": None} if name else None
+
+
+def set_aside_controller_state(deployment_dir: str, old_cluster: str) -> str | None:
+    """Move the saved state of OLD_CLUSTER's controller out of the way of a new cluster's
+    (slurmctld refuses another cluster's state: CLUSTER NAME MISMATCH); where it went."""
+    ldir = lab_dir(deployment_dir)
+    src = os.path.join(ldir, "slurmctld")
+    if not os.path.isdir(src) or not os.listdir(src):
+        return None
+    safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in old_cluster) or "unknown"
+    dest, i = os.path.join(ldir, f"slurmctld.{safe}"), 1
+    while os.path.lexists(dest):
+        i += 1
+        dest = os.path.join(ldir, f"slurmctld.{safe}.{i}")
+    os.rename(src, dest)
+    return dest
+
+
+def destroy_local(deployment_dir: str, purge: bool = False) -> DestroyResult:
     """Stop every daemon of the lab, free its addresses and ports, remove its runtime state
-    (the deployment folder's generated files stay). Works on a lab whose folder is gone."""
+    (the deployment folder's generated files stay). The lab's /home, /root, accounting database
+    and controller state stay in lab/ (KEPT), unless PURGE. Works on a lab whose folder is gone."""
     stopped = _stop_all(deployment_dir) if os.path.isdir(deployment_dir) else []
     stopped += stop_leftovers(deployment_dir)
     n = leases.number(deployment_dir)
     if n is not None:
         netns.remove_lab(n)
-    shutil.rmtree(lab_dir(deployment_dir), ignore_errors=True)
+    ldir = lab_dir(deployment_dir)
+    data = kept_data(deployment_dir)
+    if purge or not data:
+        shutil.rmtree(ldir, ignore_errors=True)
+        kept, deleted = [], data
+    else:
+        ident = lab_identity(deployment_dir)
+        keep = {os.path.basename(p) for p, _ in data}
+        for name in os.listdir(ldir):
+            if name in keep:
+                continue
+            path = os.path.join(ldir, name)
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                os.unlink(path)
+        if ident:  # what the kept data belongs to, for the next deploy's check
+            atomic.write_file(os.path.join(ldir, IDENTITY), json.dumps(ident) + "\n", 0o600)
+        kept, deleted = data, []
     leases.release(deployment_dir)
-    return sorted(set(stopped))
+    return DestroyResult(sorted(set(stopped)), kept, deleted)
+
+
+def destroy_message(deployment_dir: str, res: DestroyResult) -> str:
+    lines = [f"destroyed {deployment_dir}: stopped {len(res.stopped)} node(s)"]
+    if res.kept:
+        lines.append(f"kept (the next `ctk deploy` into {deployment_dir} uses them again; "
+                     f"`ctk destroy --purge {deployment_dir}` deletes them):")
+        lines += [f"  {path}  {what}" for path, what in res.kept]
+    if res.deleted:
+        lines.append("deleted (--purge):")
+        lines += [f"  {path}  {what}" for path, what in res.deleted]
+    return "\n".join(lines)
 
 
 def status_local(deployment_dir: str) -> Status:
@@ -953,8 +1068,11 @@ def status_local(deployment_dir: str) -> Status:
     state = load_state(deployment_dir)
     ldir = lab_dir(deployment_dir)
     if state is None:
-        raise UserError(f"{deployment_dir} has no running lab",
-                        hint=f"deploy it with: ctk deploy BLUEPRINT -o {deployment_dir}")
+        kept = kept_data(deployment_dir)
+        raise UserError(f"{deployment_dir} has no running lab" + (
+            f" (it keeps a destroyed lab's data: {', '.join(os.path.basename(p) for p, _ in kept)} in "
+            f"{lab_dir(deployment_dir)})" if kept else ""),
+            hint=f"deploy it with: ctk deploy BLUEPRINT -o {deployment_dir}")
     slurm_states = node_states(deployment_dir)
     out_nodes = []
     for x in state["nodes"]:
@@ -1093,9 +1211,29 @@ class LocalTarget(Target):
     def status(self, deployment_dir: str) -> Status:
         return status_local(deployment_dir)
 
-    def destroy(self, deployment_dir: str, progress: Progress) -> str:
-        stopped = destroy_local(deployment_dir)
-        return f"destroyed {deployment_dir}: stopped {len(stopped)} node(s)"
+    def destroy(self, deployment_dir: str, progress: Progress, purge: bool = False) -> str:
+        return destroy_message(deployment_dir, destroy_local(deployment_dir, purge=purge))
+
+    def held(self, deployment_dir: str) -> dict | None:
+        ident = lab_identity(deployment_dir)
+        if ident is None:
+            return None
+        return {**ident, "running": load_state(deployment_dir) is not None}
+
+    def replace(self, deployment_dir: str, old: dict, dep: Deployment, progress: Progress) -> list[str]:
+        lines = []
+        if old.get("running"):
+            res = destroy_local(deployment_dir)
+            lines.append(f"stopped the lab of cluster {old['cluster']} ({len(res.stopped)} node(s))")
+        if old.get("cluster") != dep.slurm_cluster_name:
+            moved = set_aside_controller_state(deployment_dir, old["cluster"])
+            if moved:
+                lines.append(f"kept the saved state of cluster {old['cluster']}'s controller in {moved}")
+        try:
+            os.unlink(os.path.join(lab_dir(deployment_dir), IDENTITY))
+        except FileNotFoundError:
+            pass
+        return lines
 
     def exec(self, deployment_dir: str, node: str, argv: list[str], user: str | None = None) -> int:
         return exec_local(deployment_dir, node, argv, user)

@@ -506,7 +506,10 @@ class SshTarget(Target):
     def status(self, deployment_dir: str) -> Status:
         return status_ssh(deployment_dir)
 
-    def destroy(self, deployment_dir: str, progress: Progress) -> str:
+    def destroy(self, deployment_dir: str, progress: Progress, purge: bool = False) -> str:
+        if purge:
+            raise UserError("--purge: the ssh target's data is on its hosts, which ctk never deletes",
+                            hint=f"ctk destroy {deployment_dir} stops the daemons")
         stopped = destroy_ssh(deployment_dir, progress)
         return (f"destroyed {deployment_dir}: stopped the daemons on {len(stopped)} host(s) "
                 "(packages, /etc/slurm and the munge key stay on them)")
