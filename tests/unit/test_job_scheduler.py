@@ -15,7 +15,7 @@ from ctk.jobs.clusters import Cluster, LocalCluster, Result
 
 def test_states_asks_squeue_once_for_every_job():
     argv = scheduler.states_argv(["11", "12", "13"])
-    assert argv == ["squeue", "-h", "--states=all", "-j", "11,12,13", "-o", "%i|%T"]
+    assert argv == ["squeue", "-h", "--states=all", "-j", "11,12,13", "-o", "%i|%T|%r"]
 
 
 def test_parse_states_marks_forgotten_jobs_unknown_and_maps_array_tasks():

@@ -14,6 +14,10 @@ from __future__ import annotations
 from typing import Iterable
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+# `ctk job submit --wait`: the job's own result, apart from ctk's failure (1) and refusal (2).
+EXIT_JOB_FAILED = 3  # the job ran and failed (a non-zero exit code, out of memory)
+EXIT_JOB_ENDED = 4  # it ended otherwise: cancelled, its time limit, a node failure, preempted
+EXIT_JOB_NEVER_STARTS = 5  # it pends for a reason that never goes away on its own (still queued)
 
 
 class CtkError(Exception):

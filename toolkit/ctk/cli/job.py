@@ -20,7 +20,11 @@ def add_parsers(sub) -> None:
                          "submit/status/logs/cancel/list work on a local deployment (--deployment DIR), "
                          "on any Slurm cluster through its login node over SSH (--host USER@HOST), or, "
                          "run on a login node, on that node's own cluster. "
-                         "Exit codes: 0 done, 1 the cluster failed or refused, 2 bad arguments.")
+                         "Exit codes: 0 done, 1 ctk or the cluster failed, 2 refused before anything ran (bad "
+                         "arguments, or a job the cluster's partitions would never start); with submit --wait "
+                         "the job's own result: 3 it failed (its exit code is printed), 4 it ended otherwise "
+                         "(cancelled, time limit, node failure, preemption), 5 it pends for a reason that never "
+                         "goes away on its own (it stays queued).")
     job.set_defaults(run=lambda args: show_help(job))
     jsub = job.add_subparsers(dest="job_cmd", metavar="SUBCOMMAND", parser_class=Parser)
 
@@ -64,7 +68,10 @@ def add_parsers(sub) -> None:
                         "and --deployment, the facts come from the deployment and the job goes to the host.")
     template_args(p)
     cluster_args(p)
-    p.add_argument("--wait", action="store_true", help="follow the job to its end and exit with its exit code")
+    p.add_argument("--wait", action="store_true",
+                   help="follow the job to its end: exit 0 if it completed, 3 if it failed (its own exit code is "
+                   "printed, and in --json), 4 if it was cancelled, timed out, lost its node or was preempted, "
+                   "5 as soon as it pends for a reason that never goes away (DependencyNeverSatisfied, ...)")
     p.add_argument("--sbatch", action="append", default=[], metavar="OPT", dest="sbatch_args",
                    help="an extra sbatch option, given as one word (repeatable), e.g. "
                    "--sbatch=--dependency=afterok:12 or --sbatch=--hold")
@@ -121,6 +128,7 @@ def render(args) -> int:
         return 0
     cluster = jobcli.cluster_of(_ref(args))
     try:
+        jobcli.check_limits(script, [], cluster)  # exit 2: a job the partitions would never start
         ok, answer = jobcli.check_script(script, cluster)
     finally:
         cluster.close()
@@ -142,12 +150,17 @@ def submit(args) -> int:
     if args.wait:
         state = jobcli.follow(job, sys.stdout, print_logs=False, progress=sys.stderr)
         code = jobcli.final_exit_code(job, state)
-        print(f"job {job.id}: {state} (exit code {code})", file=sys.stderr)
+        own = job.exit_code() if job._final(state) else None
+        if job._final(state):
+            print(f"job {job.id}: {state} (exit code {own})", file=sys.stderr)
+        else:
+            print(f"job {job.id}: pending for {job.reason}, which never goes away on its own: "
+                  f"{job.never_starts}. It stays queued: ctk job cancel {job.id} removes it", file=sys.stderr)
     if args.json:
         out = {k: v for k, v in job.record.items() if k != "params"}
         out["params"] = job.record.get("params")
         if args.wait:
-            out.update(state=state, exit_code=code)
+            out.update(state=state, exit_code=own, reason=job.reason or None, ctk_exit=code)
         print(json.dumps(out, indent=2, default=str))
     return code
 

@@ -24,7 +24,7 @@ from ..errors import Failure, UserError
 from ..model import ImageSpec
 from ..progress import Progress
 from ..runner import CommandError, run
-from ..stacks import Lock, Stack, get_stack, image_lock, jax_role_vars, pip_target_args
+from ..stacks import Lock, Stack, get_stack, image_lock, pip_target_args
 from ..stacks import te as te_
 from ..stacks.drivers import cuda_toolkit
 from ..stacks.rolevars import role_variables

@@ -50,14 +50,24 @@ class Job:
     def __repr__(self) -> str:
         return f"Job({self.id!r}, {self.cluster!r})"
 
+    reason = ""  # the pending reason squeue gave with the last state asked for
+
     @property
     def state(self) -> str:
-        """Slurm's state now (one squeue call; the registry or accounting once Slurm forgets)."""
+        """Slurm's state now (one squeue call; the registry or accounting once Slurm forgets);
+        `reason` is then the pending reason ("" when the job does not pend)."""
         known = {self.id: self.record["final_state"]} if self.record.get("final_state") else None
-        st = scheduler.states(self.cluster, [self.id], known)[self.id]
+        st, self.reason = scheduler.details(self.cluster, [self.id], known)[self.id]
         if self._final(st) and st != scheduler.UNKNOWN and not known:
             self.remember(st)
         return st
+
+    @property
+    def never_starts(self) -> str | None:
+        """Why the job, pending, will never start on its own (as of the last state), or None."""
+        from .limits import never_starts
+
+        return never_starts(self.reason)
 
     def _final(self, state: str) -> bool:
         """Nothing more will happen (a requeueable job's NODE_FAIL/PREEMPTED is not its end)."""
@@ -77,7 +87,8 @@ class Job:
 
     def wait(self, timeout: float | None = None, poll: float = POLL_START, poll_max: float = POLL_MAX) -> str:
         """Block until the job ends; its final state. Polls from POLL seconds, doubling to POLL_MAX.
-        Raises TimeoutError after TIMEOUT seconds."""
+        Raises TimeoutError after TIMEOUT seconds (a job that never starts pends until then:
+        see `never_starts`)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         delay = poll
         while True:
@@ -134,10 +145,14 @@ def submit(template: str, params: dict[str, Any], cluster: "Cluster | str | None
     """Render TEMPLATE with PARAMS and submit it to CLUSTER (a local deployment folder, a
     Cluster, or None for the cluster this machine's Slurm commands reach). The deployment's facts (accelerator, GPUs, network) come from CLUSTER when it is
     a local deployment, or from DEPLOYMENT (a deployment folder) when given."""
+    from . import limits
+
     c = as_cluster(cluster)
     dep_dir = deployment or c.deployment_dir()
     dep = templates.load_deployment(dep_dir) if dep_dir else None
     script = templates.render(template, dict(params), list(command), dep, nodeset)
+    extra_args = list(extra_args)
+    limits.check(script, extra_args, limits.ask(c))  # a job Slurm would never start is refused here
     job_id, path = scheduler.submit(c, script, extra_args, name=template)
     tasks = scheduler.array_tasks(script)
     if tasks:

@@ -39,6 +39,13 @@ def check_script(script: str, cluster) -> tuple[bool, str]:
     return scheduler.test_only(cluster, script)
 
 
+def check_limits(script: str, extra_args: list[str], cluster) -> None:
+    """Refuse (exit 2) a job that no partition it names would ever start (one sinfo call)."""
+    from . import limits
+
+    limits.check(script, extra_args, limits.ask(cluster))
+
+
 def templates_text(as_json: bool) -> str:
     names = templates.list_templates()
     if not names:  # an empty list would hide a broken install or a wrong CTK_SBATCH_DIR
@@ -137,34 +144,50 @@ def status_rows(ids: list[str], ref: ClusterRef) -> list[dict]:
             if j not in by_id:
                 registry.get(d, j, ref.flags())  # raises the UserError with its hint
         recs = [by_id[j] for j in ids]
+    from .limits import never_starts
+
     known = {str(r["id"]): r["final_state"] for r in recs if r.get("final_state")}
-    st = scheduler.states(cluster, [str(r["id"]) for r in recs], known)
+    det = scheduler.details(cluster, [str(r["id"]) for r in recs], known)
+    st = {j: s for j, (s, _) in det.items()}
     for r in recs:  # remember final states, for when Slurm no longer lists the jobs
         s = st[str(r["id"])]
         if (s in scheduler.FINAL_STATES and s != scheduler.UNKNOWN and not r.get("final_state")
                 and not (s in scheduler.REQUEUED_AFTER and r.get("requeue"))):
             registry.append(d, {"id": str(r["id"]), "final_state": s})
-    return [{"id": str(r["id"]), "state": st[str(r["id"])], "template": r.get("template"),
-             "submitted": r.get("submitted"), "script": r.get("script"), "stdout": r.get("stdout")}
-            for r in recs]
+    rows = []
+    for r in recs:
+        state, reason = det[str(r["id"])]
+        rows.append({"id": str(r["id"]), "state": state, "reason": reason or None,
+                     "never_starts": never_starts(reason), "template": r.get("template"),
+                     "submitted": r.get("submitted"), "script": r.get("script"), "stdout": r.get("stdout")})
+    return rows
 
 
 def status_text(rows: list[dict], as_json: bool) -> str:
     if as_json:
         return json.dumps(rows, indent=2) + "\n"
-    return _table(rows, ("id", "state", "template"))
+    shown = [{**r, "reason": (r["reason"] + (f" (never starts: {r['never_starts']})" if r.get("never_starts") else ""))
+              if r.get("reason") else ""} for r in rows]
+    return _table(shown, ("id", "state", "template", "reason"))
 
 
 def list_text(ref: ClusterRef, as_json: bool) -> str:
+    """The registry's jobs, each with its state now (the same one squeue call as status)."""
+    recs = {str(r["id"]): r for r in _registry(ref)}
+    states = {r["id"]: r for r in status_rows([], ref)} if recs else {}
+    if as_json:
+        return json.dumps([{**r, "state": states[j]["state"], "reason": states[j]["reason"]}
+                           for j, r in recs.items()], indent=2) + "\n"
+    rows = [{"id": j, "state": states[j]["state"], "template": r.get("template", ""),
+             "submitted": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.get("submitted", 0))),
+             "command": " ".join(r.get("command") or [])} for j, r in recs.items()]
+    return _table(rows, ("id", "state", "template", "submitted", "command"))
+
+
+def _registry(ref: ClusterRef) -> list[dict]:
     from . import registry
 
-    recs = registry.load(cluster_of(ref).registry_dir)
-    if as_json:
-        return json.dumps(recs, indent=2) + "\n"
-    rows = [{"id": str(r["id"]), "template": r.get("template", ""),
-             "submitted": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.get("submitted", 0))),
-             "command": " ".join(r.get("command") or [])} for r in recs]
-    return _table(rows, ("id", "template", "submitted", "command"))
+    return registry.load(cluster_of(ref).registry_dir)
 
 
 def _table(rows: list[dict], cols: tuple[str, ...]) -> str:
@@ -179,8 +202,9 @@ def _table(rows: list[dict], cols: tuple[str, ...]) -> str:
 
 def follow(job, out, poll: float = 0.2, poll_max: float = 1.0, print_logs: bool = True,
            task: str | None = None, stderr: bool = False, progress=None) -> str:
-    """Write the job's stdout (or stderr) to OUT as it grows until the job ends; the final
-    state. PROGRESS, if given, gets a line each time the job's state changes."""
+    """Write the job's stdout (or stderr) to OUT as it grows until the job ends, or pends for
+    a reason that never goes away on its own (job.never_starts); the last state. PROGRESS, if
+    given, gets a line each time the job's state or pending reason changes."""
     import codecs
 
 
@@ -191,10 +215,11 @@ def follow(job, out, poll: float = 0.2, poll_max: float = 1.0, print_logs: bool 
     last = None
     while True:
         st = job.state
-        if progress is not None and st != last and not job._final(st):
-            progress.write(f"job {job.id}: {st}\n")
+        now = (st, job.reason)
+        if progress is not None and now != last and not job._final(st):
+            progress.write(f"job {job.id}: {st}" + (f" ({job.reason})" if job.reason else "") + "\n")
             progress.flush()
-            last = st
+            last = now
         if print_logs:
             if whole:
                 text = job.logs(stderr)
@@ -207,7 +232,7 @@ def follow(job, out, poll: float = 0.2, poll_max: float = 1.0, print_logs: bool 
                 out.write(new)
                 out.flush()
                 delay = poll
-        if job._final(st):
+        if job._final(st) or job.never_starts:
             break
         time.sleep(delay)
         delay = min(delay * 2, poll_max)
@@ -215,9 +240,17 @@ def follow(job, out, poll: float = 0.2, poll_max: float = 1.0, print_logs: bool 
 
 
 def final_exit_code(job, state: str) -> int:
-    """The exit code `ctk job submit --wait` ends with: the job's own (ExitCode), else 0 for
-    COMPLETED and 1 for any other end."""
+    """The exit code `ctk job submit --wait` ends with (errors.EXIT_JOB_*): 0 for a job that
+    completed with 0; 3 for one that failed (its own code is printed and in --json); 4 for an
+    end that was not the job's (cancelled, timeout, node failure, preemption); 5 for a job that
+    pends for a reason that never goes away on its own."""
+    from ..errors import EXIT_JOB_ENDED, EXIT_JOB_FAILED, EXIT_JOB_NEVER_STARTS
+
+    if not job._final(state):
+        return EXIT_JOB_NEVER_STARTS
     code = job.exit_code()
-    if code is None or (code == 0 and state != "COMPLETED"):
-        return 0 if state == "COMPLETED" else 1
-    return code
+    if state == "COMPLETED" and not code:
+        return 0
+    if state in ("COMPLETED", "FAILED", "OUT_OF_MEMORY"):
+        return EXIT_JOB_FAILED
+    return EXIT_JOB_ENDED

@@ -62,57 +62,74 @@ def test_only(cluster: Cluster, script_text: str) -> tuple[bool, str]:
 
 
 def states_argv(job_ids: Sequence[str]) -> list[str]:
-    """The one squeue call that reports every job of JOB_IDS, finished ones included."""
-    return ["squeue", "-h", "--states=all", "-j", ",".join(job_ids), "-o", "%i|%T"]
+    """The one squeue call that reports every job of JOB_IDS, finished ones included, with
+    the reason of each that is pending."""
+    return ["squeue", "-h", "--states=all", "-j", ",".join(job_ids), "-o", "%i|%T|%r"]
+
+
+def parse_details(text: str, job_ids: Sequence[str]) -> dict[str, tuple[str, str]]:
+    """squeue's `ID|STATE|REASON` lines as {id: (state, reason)}; reason is "" unless the job
+    pends ("None" and an empty one are no reason). An array job (123_0, 123_[1-4], ...) is as
+    far as its least advanced task: still RUNNING/PENDING while any task is (with a pending
+    task's reason), else COMPLETED if every task completed, else the first task's end that
+    was not COMPLETED."""
+    found: dict[str, tuple[str, str]] = {}
+    tasks: dict[str, list[tuple[str, str]]] = {}
+    for line in text.splitlines():
+        fields = line.strip().split("|")
+        if len(fields) < 2:
+            continue
+        jid, state = fields[0], fields[1].strip()
+        reason = fields[2].strip() if len(fields) > 2 and state == "PENDING" else ""
+        reason = "" if reason in ("None", "(null)") else reason
+        found.setdefault(jid, (state, reason))
+        if "_" in jid:
+            tasks.setdefault(jid.split("_", 1)[0], []).append((state, reason))
+    for base, sts in tasks.items():
+        live = [st for st in sts if st[0] not in FINAL_STATES]
+        if live:
+            found[base] = next((st for st in live if st[0] != "PENDING"), live[0])
+        else:
+            found[base] = next(((st, "") for st, _ in sts if st != "COMPLETED"), ("COMPLETED", ""))
+    return {j: found.get(j, (UNKNOWN, "")) for j in job_ids}
 
 
 def parse_states(text: str, job_ids: Sequence[str]) -> dict[str, str]:
-    """squeue's `ID|STATE` lines as {id: state}. An array job (123_0, 123_[1-4], ...) is as
-    far as its least advanced task: still RUNNING/PENDING while any task is, else COMPLETED
-    if every task completed, else the first task's end that was not COMPLETED."""
-    found: dict[str, str] = {}
-    tasks: dict[str, list[str]] = {}
-    for line in text.splitlines():
-        jid, sep, state = line.strip().partition("|")
-        if not sep:
-            continue
-        found.setdefault(jid, state.strip())
-        if "_" in jid:
-            tasks.setdefault(jid.split("_", 1)[0], []).append(state.strip())
-    for base, sts in tasks.items():
-        live = [st for st in sts if st not in FINAL_STATES]
-        if live:
-            found[base] = next((st for st in live if st != "PENDING"), live[0])
-        else:
-            found[base] = next((st for st in sts if st != "COMPLETED"), "COMPLETED")
-    return {j: found.get(j, UNKNOWN) for j in job_ids}
+    """squeue's lines as {id: state} (see parse_details)."""
+    return {j: st for j, (st, _) in parse_details(text, job_ids).items()}
 
 
-def states(cluster: Cluster, job_ids: Sequence[str], known: dict[str, str] | None = None) -> dict[str, str]:
-    """{job id: Slurm state}: one squeue call for all of JOB_IDS. Jobs squeue no longer lists
-    (older than MinJobAge) come from KNOWN (final states seen before), then from one query of
-    the cluster's accounting or job completion log; UNKNOWN if nothing remembers them."""
+def details(cluster: Cluster, job_ids: Sequence[str], known: dict[str, str] | None = None) -> dict[str, tuple[str, str]]:
+    """{job id: (Slurm state, pending reason or "")}: one squeue call for all of JOB_IDS. Jobs
+    squeue no longer lists (older than MinJobAge) come from KNOWN (final states seen before),
+    then from one query of the cluster's accounting or job completion log; UNKNOWN if nothing
+    remembers them."""
     ids = [str(j) for j in job_ids]
     if not ids:
         return {}
     known = known or {}
     ask = [j for j in ids if j not in known]
-    out = {j: known[j] for j in ids if j in known}
+    out = {j: (known[j], "") for j in ids if j in known}
     if not ask:
         return out
     r = cluster.run(states_argv(ask))
     if r.returncode != 0:
         if "Invalid job id" not in r.stderr:  # that one means: every id asked about is gone
             raise SlurmError(f"squeue failed ({r.returncode}): {r.stderr.strip()}")
-        found = {j: UNKNOWN for j in ask}
+        found = {j: (UNKNOWN, "") for j in ask}
     else:
-        found = parse_states(r.stdout, ask)
-    gone = [j for j in ask if found[j] == UNKNOWN]
+        found = parse_details(r.stdout, ask)
+    gone = [j for j in ask if found[j][0] == UNKNOWN]
     if gone:
         for j, (st, _) in cluster.forgotten(gone).items():
-            found[j] = st
+            found[j] = (st, "")
     out.update(found)
     return out
+
+
+def states(cluster: Cluster, job_ids: Sequence[str], known: dict[str, str] | None = None) -> dict[str, str]:
+    """{job id: Slurm state} (see details)."""
+    return {j: st for j, (st, _) in details(cluster, job_ids, known).items()}
 
 
 def exit_code(cluster: Cluster, job_id: str) -> int | None:
