@@ -74,7 +74,7 @@ class ClusterRef:
         """The flags again, for hints."""
         if self.host:
             return f"--host {self.host}" + (f" --ssh-config {self.ssh_config}" if self.ssh_config else "")
-        return f"--deployment {self.deployment}"
+        return f"--deployment {self.deployment}" if self.deployment else ""
 
 
 @dataclass(frozen=True)
