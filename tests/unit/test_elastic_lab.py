@@ -173,7 +173,7 @@ def test_status_shows_each_nodes_power_and_capacity():
              NodeStatus("s-0", "compute", "198.18.4.3", False, slurm_state="idle#", power="powering-up", spot=True),
              NodeStatus("f-0", "compute", "198.18.4.4", True, slurm_state="mixed", power="on", flex=True),
              NodeStatus("y-0", "compute", "198.18.4.5", False, slurm_state="idle~", power="off")]
-    rows = {ln.split()[0]: ln.split()[4:] for ln in Status("lab", "local", True, nodes).render().splitlines()
+    rows = {ln.split()[0]: ln.split()[4:] for ln in Status("lab", "local", True, nodes).render("lab").splitlines()
             if ln.startswith(("d-0", "s-0", "f-0", "y-0", "NODE"))}
     assert rows == {"NODE": ["POWER", "SLURM"], "d-0": ["static", "idle"], "s-0": ["powering-up", "spot", "idle#"],
                     "f-0": ["on", "flex", "mixed"], "y-0": ["off", "idle~"]}

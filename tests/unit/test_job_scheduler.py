@@ -297,7 +297,10 @@ def test_requeue_is_read_from_the_script():
 def test_without_flags_jobs_go_to_this_machines_own_slurm(tmp_path, monkeypatch, capsys):
     from ctk.jobs.clusters import HereCluster, open_cluster
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-    monkeypatch.setenv("SLURM_CONF", "/etc/site/slurm.conf")
+    conf = tmp_path / "site" / "slurm.conf"  # check() wants the file SLURM_CONF names to exist
+    conf.parent.mkdir()
+    conf.write_text("ClusterName=site\n")
+    monkeypatch.setenv("SLURM_CONF", str(conf))
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -305,13 +308,13 @@ def test_without_flags_jobs_go_to_this_machines_own_slurm(tmp_path, monkeypatch,
     (bin_dir / "sbatch").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
     c = open_cluster()
-    assert isinstance(c, HereCluster) and c.key == "here:/etc/site/slurm.conf"
+    assert isinstance(c, HereCluster) and c.key == f"here:{conf}"
     assert c.jobs_dir == str(tmp_path / "home" / ".ctk-jobs")
     assert c.registry_dir.startswith(str(tmp_path / "state" / "ctk" / "here"))
     assert main(["job", "submit", "jax-train", "--", "true"]) == 0
     assert capsys.readouterr().out == "31\n"
     rec = registry.load(c.registry_dir)[0]
-    assert rec["cluster"] == "here:/etc/site/slurm.conf" and rec["stdout"] == str(tmp_path / "home" / ".ctk-jobs" / "jax-train-31.out")
+    assert rec["cluster"] == f"here:{conf}" and rec["stdout"] == str(tmp_path / "home" / ".ctk-jobs" / "jax-train-31.out")
     assert open(rec["script"]).read().startswith("#!/bin/bash\n")
 
 
@@ -341,3 +344,43 @@ def test_ssh_cluster_names_and_host_key_policy(tmp_path, monkeypatch):
     strict = SshCluster("root@10.0.0.5", known_hosts=str(kh), registry_dir=str(tmp_path / "dep"))
     assert isinstance(strict.conn.client._policy, paramiko.RejectPolicy)
     assert strict.key == "ssh://root@10.0.0.5:22" and strict.registry_dir == str(tmp_path / "dep")
+
+
+# ---- no cluster named, none configured here -----------------------------------------------
+
+def _ctk(*argv, **env):
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    e = {k: v for k, v in os.environ.items() if k != "SLURM_CONF"}
+    e.update(env, PYTHONPATH=os.path.join(ROOT, "toolkit"))
+    return subprocess.run([sys.executable, "-m", "ctk", *argv], env=e, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.skipif(not __import__("shutil").which("sbatch"), reason="needs Slurm's commands on PATH")
+def test_submit_with_slurm_conf_pointing_nowhere_says_so(tmp_path):
+    missing = str(tmp_path / "no" / "slurm.conf")
+    r = _ctk("job", "submit", "jax-smoke", SLURM_CONF=missing, HOME=str(tmp_path))
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.startswith(f"error: this machine has no Slurm cluster configured: SLURM_CONF={missing} does not exist")
+    assert "hint: --deployment DIR (a deployment ctk made) or --host USER@HOST" in r.stderr
+
+
+@pytest.mark.skipif(not __import__("shutil").which("sbatch") or os.path.exists("/etc/slurm/slurm.conf"),
+                    reason="needs Slurm's commands on a machine with no slurm.conf of its own")
+def test_submit_on_a_machine_without_a_cluster_says_so(tmp_path):
+    """The real sbatch, with no slurm.conf and no DNS SRV record: its 'DNS SRV lookup failed'
+    becomes a plain sentence and the flags that name a cluster."""
+    r = _ctk("job", "submit", "jax-smoke", HOME=str(tmp_path))
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.startswith("error: this machine has no Slurm cluster configured (no /etc/slurm/slurm.conf")
+    assert "DNS SRV" not in r.stderr and "hint: --deployment DIR" in r.stderr
+
+
+def test_status_of_an_unknown_job_here_hints_a_plain_job_list(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    assert main(["job", "status", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.endswith("hint: ctk job list\n") and "None" not in err

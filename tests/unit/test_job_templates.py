@@ -5,6 +5,7 @@ import json
 import os
 import shlex
 import subprocess
+import sys
 import tempfile
 
 import pytest
@@ -308,3 +309,126 @@ def test_python_runs_the_stacks_interpreter_of_the_nodes(capsys):
     # with no deployment nothing is known: python3 from PATH
     assert main(["job", "render", "jax-smoke"]) == 0
     assert "CTK_CMD=(python3)" in capsys.readouterr().out.splitlines()
+
+
+# ---- hostile --set values -----------------------------------------------------------------
+
+def _alias_bomb() -> str:
+    """Nine anchors, each a list of nine aliases of the one before: 9**9 strings if expanded."""
+    levels = ['&a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    for prev, name in zip("abcdefgh", "bcdefghi"):
+        levels.append(f"&{name} [" + ",".join([f"*{prev}"] * 9) + "]")
+    return "[" + ", ".join(levels) + "]"
+
+
+HOSTILE = {
+    "alias-bomb": ("sweep", _alias_bomb(), "anchors, aliases and tags"),
+    "nested-500": ("sweep", "[" * 500 + "]" * 500, "no nested lists"),
+    "100kb-list": ("sweep", "x" * 100_000, "at most 64 KiB"),
+    "100kb-int": ("nodes", "1" * 100_000, "at most 64 KiB"),
+    "100kb-key": ("n" * 100_000, "1", "has no parameter"),
+}
+
+
+def _limit_memory():
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (200 * 2**20, 200 * 2**20))
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_hostile_set_value_exits_2_small_and_fast(case):
+    """A real `python -m ctk` under a 200 MB address-space limit: the value is refused with
+    exit 2, no traceback, and the message shows only its head and size."""
+    key, value, expect = HOSTILE[case]
+    template = "array" if key == "sweep" else "jax-train"
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "toolkit"))
+    r = subprocess.run([sys.executable, "-m", "ctk", "job", "render", template, f"--set={key}={value}", "--", "x"],
+                       env=env, capture_output=True, text=True, timeout=120, preexec_fn=_limit_memory)
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert "Traceback" not in r.stderr and "MemoryError" not in r.stderr
+    assert expect in r.stderr
+    size = len(value) if len(value) > 60 else len(key)
+    assert f"... ({size} bytes)" in r.stderr
+    assert len(r.stderr) < 1000, r.stderr[:2000]  # the value is never echoed whole
+    assert "hint: " in r.stderr
+
+
+@pytest.mark.parametrize("text,want", [
+    ("[]", []),
+    ("[a]", ["a"]),
+    ("[a, b ,c,]", ["a", "b", "c"]),
+    ("['--lr=0.1 --bs=32', \"--lr=0.2\"]", ["--lr=0.1 --bs=32", "--lr=0.2"]),
+    ("['it''s', \"say \\\"hi\\\"\\t\\u00e9\"]", ["it's", 'say "hi"\t\u00e9']),
+    ("[true, 1, null, 0x10, '*a', \"&b\", /a:/b:ro]", ["true", "1", "null", "0x10", "*a", "&b", "/a:/b:ro"]),
+])
+def test_list_values_are_strings_as_written(text, want):
+    p = templates.load_template("array").params["sweep"]
+    assert templates._coerce(p, text, "--set sweep:") == want
+
+
+@pytest.mark.parametrize("text,why", [
+    ("[a, *x]", "aliases"), ("[&x a]", "anchors"), ("[!!str a]", "tags"), ("[[a]]", "nested"),
+    ("[{a: 1}]", "mappings"), ("[a", "no closing ]"), ("['a]", "not closed"), ('["a\\q"]', "unknown escape"),
+    ("[a,,b]", "empty element"), ("[a] b", "after the closing ]"), ("['a' 'b']", "expected , or ]"),
+    ("[a{b]", "quote the element"),
+])
+def test_list_values_refused(text, why):
+    p = templates.load_template("array").params["sweep"]
+    with pytest.raises(UserError, match=why):
+        templates._coerce(p, text, "--set sweep:")
+
+
+# ---- bounds ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("key,value,expect", [
+    ("megascale_port", "65536", "<= 65535"),
+    ("coordinator_port", "70000", "<= 65535"),
+    ("mem_fraction", "1.01", "<= 1"),
+    ("nodes", "0", ">= 1"),
+    ("time", "99999999", "at most 365 days"),
+    ("time", "366-00", "at most 365 days"),
+    ("time", "0", "Slurm reads 0 as no limit"),
+    ("time", "1234567890", "Slurm time"),
+])
+def test_values_out_of_bounds_are_refused(key, value, expect, capsys):
+    assert main(["job", "render", "jax-train", f"--set={key}={value}", "--", "x"]) == 2
+    err = capsys.readouterr().err
+    assert expect in err and f"--set {key}={value}:" in err and "hint: " in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("key,value", [("megascale_port", "65535"), ("mem_fraction", "1"), ("time", "365-00:00:00"),
+                                       ("time", "525600"), ("time", "UNLIMITED")])
+def test_values_at_the_bounds_render(key, value, capsys):
+    assert main(["job", "render", "jax-train", f"--set={key}={value}", "--", "x"]) == 0
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("name", ["jax-train", "jax-smoke", "array", "container"])
+def test_empty_time_leaves_the_line_out(name):
+    script = templates.render(name, dict(NEEDS.get(name, {}), time=""), ["x"])
+    assert not [ln for ln in header(script) if ln.startswith("#SBATCH --time")]
+    assert "#SBATCH --time=" in templates.render(name, dict(NEEDS.get(name, {}), time="5"), ["x"])
+
+
+def test_bounds_are_listed():
+    params = {p["name"]: p for p in templates.load_template("jax-train").to_dict()["params"]}
+    assert (params["megascale_port"]["min"], params["megascale_port"]["max"]) == (1, 65535)
+    assert params["coordinator_port"]["max"] == 65535 and params["mem_fraction"]["max"] == 1
+    from ctk.jobs.commands import templates_text
+
+    assert "  megascale_port (int, default 8081, min 1, max 65535): " in templates_text(False)
+
+
+@pytest.mark.parametrize("field,msg", [("min: 2, max: 1", "above max"), ("max: x", "must be a number"),
+                                       ("max: 3, pattern: name", "int and float parameters only")])
+def test_bad_bounds_in_a_template_are_refused(field, msg, tmp_path, monkeypatch):
+    for f in os.listdir(paths.SBATCH):
+        if f.endswith(".j2"):
+            with open(os.path.join(paths.SBATCH, f)) as src, open(tmp_path / f, "w") as dst:
+                dst.write(src.read())
+    typ = "str" if "pattern" in field else "int"
+    (tmp_path / "t.sbatch.j2").write_text(f"{{#- ctk-params:\n- {{name: n, type: {typ}, default: 1, {field}}}\n-#}}\necho\n")
+    monkeypatch.setenv("CTK_SBATCH_DIR", str(tmp_path))
+    with pytest.raises(UserError, match=msg):
+        templates.load_template("t")

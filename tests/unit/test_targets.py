@@ -69,3 +69,26 @@ def test_lab_wrappers_are_valid_python_and_say_when_the_lab_is_down(tmp_path):
     path.chmod(0o755)
     r = subprocess.run([str(path), "--wrap", "true"], capture_output=True, text=True, cwd=tmp_path)
     assert r.returncode == 1 and "the lab's node lab-login-0 is not running" in r.stderr, r.stderr
+
+
+def test_show_with_an_unknown_target_exits_2_naming_the_targets(capsys):
+    from ctk import paths
+
+    lab = f"{paths.BLUEPRINTS}/lab.yaml"
+    assert main(["show", lab, "--target", "banana"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --target banana: no such target\n") and "targets: local, ssh, gcp" in err
+    assert main(["show", lab, "--target", "gpc"]) == 2
+    assert "did you mean 'gcp'?" in capsys.readouterr().err
+    assert main(["show", lab, "--target", "ssh"]) == 0
+
+
+def test_status_names_the_real_folder_in_its_commands():
+    from ctk.targets.base import NodeStatus, Status
+
+    st = Status("lab", "local", True, [NodeStatus("login-0", "login", "198.18.4.9", True)],
+                slurm_client="login-0", lab_user="researcher")
+    text = st.render("/srv/my lab")
+    assert "DIR" not in text
+    assert "as researcher (home: /srv/my lab/lab/home/researcher)" in text
+    assert "eval \"$(ctk env '/srv/my lab')\" puts sbatch" in text

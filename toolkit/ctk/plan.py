@@ -530,6 +530,8 @@ def _partition(exp: Expanded, em: ExpandedModule, by_id: dict[str, Nodeset], c: 
     max_time = conf.pop("MaxTime", None) or em.get("max_time")
     over = conf.pop("OverSubscribe", None) or em.get("oversubscribe")
     name = _str(em.get("partition_name"), em.id) or em.id
+    if em.module.source.endswith("schedmd-slurm-gcp-v6-partition"):
+        _ct_partition_nodesets(exp, em, name, by_id, c)
     for key, slurm_key in (("resume_timeout", "ResumeTimeout"), ("suspend_timeout", "SuspendTimeout")):
         v = em.setting(key)
         if v is None or is_deferred(v):
@@ -561,6 +563,39 @@ def _partition(exp: Expanded, em: ExpandedModule, by_id: dict[str, Nodeset], c: 
                      exclusive=exclusive is not False and not isinstance(exclusive, Deferred),
                      max_time=_str(max_time), oversubscribe=_str(over), conf=conf,
                      suspend_time=300 if suspend_time is None else int(suspend_time))
+
+
+def _ct_partition_nodesets(exp: Expanded, em: ExpandedModule, name: str, by_id: dict[str, Nodeset],
+                           c: Collector) -> None:
+    """The preconditions of Cluster Toolkit's partition output, which would fail only at terraform
+    time: exactly one kind of nodeset (nodeset, nodeset_tpu or nodeset_dyn), and no static nodes
+    in an exclusive partition."""
+    doc = exp.blueprint.doc
+    kinds = [k for k in ("nodeset", "nodeset_tpu", "nodeset_dyn")
+             if em.modules_feeding(k) or (k in em.explicit and em.setting(k) not in (None, []))]
+    if not kinds:
+        at = em.module.path + (("use",) if em.module.use else ("id",))
+        c.add(f"partition '{name}' has no nodeset", doc.pos(at),
+              "use a nodeset module (schedmd-slurm-gcp-v6-nodeset, -nodeset-tpu or -nodeset-dynamic); "
+              "Cluster Toolkit's partition needs exactly one kind")
+        return
+    if len(kinds) > 1:
+        c.add(f"partition '{name}' mixes kinds of nodesets ({', '.join(kinds)})", doc.pos(em.module.path + ("id",)),
+              "one partition per kind: Cluster Toolkit cannot mix TPU, dynamic and ordinary nodesets in one")
+        return
+    exclusive = em.get("exclusive", True)
+    if exclusive is not True:
+        return  # false, or deferred: Terraform decides
+    for mid in em.modules_feeding("nodeset"):
+        ns = by_id.get(mid)
+        if ns is not None and ns.node_count_static > 0:
+            nsm = exp.module(mid)
+            where = (_setting_pos(exp, em, "exclusive") if "exclusive" in em.explicit
+                     else _setting_pos(exp, nsm, "node_count_static"))
+            c.add(f"partition '{name}' is exclusive, which Cluster Toolkit refuses with static nodes: nodeset "
+                  f"'{ns.name}' has node_count_static {ns.node_count_static}", where,
+                  f"set exclusive: false on partition '{em.id}' (its default is true), or node_count_static: 0")
+            return
 
 
 def _capacity(exp: Expanded, em: ExpandedModule, ns: Nodeset, c: Collector) -> None:

@@ -120,6 +120,75 @@ def load_file(path: str, display: str | None = None, strict: bool = True) -> Doc
     return load_text(name, decode(name, data), strict)
 
 
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip(" "))
+
+
+def _spaces(n: int) -> str:
+    return f"{n} space{'s' if n != 1 else ''}"
+
+
+def _above(lines: list[str], line: int) -> int | None:
+    """The index of the last line before LINE (0-based) that holds YAML, not a comment."""
+    for i in range(line - 1, -1, -1):
+        s = lines[i].strip()
+        if s and not s.startswith("#"):
+            return i
+    return None
+
+
+def _plain_syntax(e: "yaml.MarkedYAMLError", text: str) -> tuple[str, int, int, str]:
+    """PyYAML's complaint in plain words, at the line and column (0-based) of the mistake
+    rather than where the parser gave up (often the line after), and a hint."""
+    problem, context = (e.problem or "invalid YAML").strip(), e.context or ""
+    pm, cm = e.problem_mark or e.context_mark, e.context_mark
+    lines = text.splitlines()
+    row = lines[pm.line] if pm.line < len(lines) else ""
+    if "flow" in context and cm is not None:  # an unclosed [ or {: the fix goes where it opened
+        kind, close = ("[", "]") if "sequence" in context else ("{", "}")
+        return (f"this '{kind}' is never closed (a ',' or '{close}' was expected at line {pm.line + 1}, "
+                f"column {pm.column + 1})", cm.line, cm.column, f"close it with '{close}'")
+    if "quoted scalar" in context and cm is not None:
+        q = lines[cm.line][cm.column] if cm.line < len(lines) and cm.column < len(lines[cm.line]) else "quote"
+        return (f"this {q} is never closed", cm.line, cm.column, f"end the value with {q}")
+    if problem == "mapping values are not allowed here":
+        prev = _above(lines, pm.line)
+        before = row[:pm.column]
+        if ": " in before.strip() or before.rstrip().endswith(":"):
+            return ("a second ':' on this line", pm.line, pm.column,
+                    "quote a value that holds ': ', e.g. key: \"a: b\"")
+        if prev is not None and ":" not in lines[prev].split("#")[0] and not lines[prev].lstrip().startswith("-") \
+                and _indent(lines[prev]) <= _indent(row):
+            at = _indent(lines[prev])
+            return (f"'{lines[prev].strip()[:40]}' is neither 'key: value' nor a list item: a ':' is missing?",
+                    prev, at, "write key: value, or '- item' in a list")
+        if prev is not None and _indent(row) > _indent(lines[prev]):
+            return (f"bad indentation: this line is indented {_spaces(_indent(row))}, more than line {prev + 1}, "
+                    "whose key already has a value", pm.line, _indent(row), "indent keys of one mapping alike")
+        return ("a ':' where no key can start", pm.line, pm.column, "quote a value that holds ': '")
+    found = re.match(r"expected <block end>, but found '(.*)'", problem)
+    if found:
+        tok = found.group(1)
+        if tok in ("]", "}"):
+            return f"a '{tok}' that closes nothing", pm.line, pm.column, "remove it, or open its bracket"
+        if tok == "-":
+            return ("a list item ('- ') among the keys of a mapping", pm.line, pm.column,
+                    "indent it under a key, or make every entry here a list item")
+        if tok == "?":
+            return ("a 'key: value' among the items ('- ') of a list", pm.line, pm.column,
+                    "start it with '- ', or indent it under the item it belongs to")
+        prev = _above(lines, pm.line)
+        above = f" (line {prev + 1}: {_spaces(_indent(lines[prev]))})" if prev is not None else ""
+        return (f"bad indentation: this line is indented {_spaces(_indent(row))}, which lines up with no key "
+                f"above it{above}", pm.line, pm.column, "indent keys of one mapping alike, with spaces")
+    m = re.match(r"found character '(.*)' that cannot start any token", problem)
+    if m:
+        return (f"'{m.group(1)}' cannot start a plain value", pm.line, pm.column,
+                f"quote the value: \"{m.group(1)}...\"")
+    msg = f"{context}: {problem}" if context and "found" in problem else problem
+    return msg, pm.line, pm.column, ""
+
+
 def load_text(file: str, text: str, strict: bool = True) -> Document:
     """Load YAML text. Recoverable problems (duplicate keys) are kept in `errors`; with
     `strict` they are raised at once, otherwise the caller reports them with its own."""
@@ -135,17 +204,8 @@ def load_text(file: str, text: str, strict: bool = True) -> Document:
     try:
         nodes = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
     except yaml.MarkedYAMLError as e:
-        mark = e.problem_mark or e.context_mark
-        msg = (e.problem or "invalid YAML").strip()
-        if e.context and "flow" in e.context and e.context_mark is not None:
-            # An unclosed [ or {: the opening bracket is where the fix goes.
-            mark = e.context_mark
-            kind = "[" if "sequence" in e.context else "{"
-            msg = f"unclosed '{kind}' ({msg})"
-        elif e.context:
-            msg = f"{e.context}: {msg}" if "found" in msg else msg
-        hint = "YAML indentation must use spaces" if "\\t" in msg or "\t" in msg else ""
-        raise _err(file, f"YAML syntax: {msg}", mark.line + 1, mark.column + 1, hint, text) from None
+        msg, line, col, hint = _plain_syntax(e, text)
+        raise _err(file, f"YAML syntax: {msg}", line + 1, col + 1, hint, text) from None
     except yaml.YAMLError as e:
         raise _err(file, f"YAML syntax: {e}", 1, 1, "", text) from None
     nodes = [n for n in nodes if n is not None]

@@ -66,6 +66,14 @@ def expand(args) -> int:
 
 
 def show(args) -> int:
+    if args.target is not None:
+        from ..errors import UserError, did_you_mean
+        from ..targets import REGISTRY
+
+        if args.target not in REGISTRY:
+            close = did_you_mean(args.target, REGISTRY)
+            raise UserError(f"--target {args.target}: no such target",
+                            hint=f"{close + ' ' if close else ''}targets: {', '.join(REGISTRY)}")
     exp = BlueprintRef.of(args).process()
     dep = exp.deployment
     if args.json:

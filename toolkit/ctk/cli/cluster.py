@@ -174,7 +174,7 @@ def status(args) -> int:
     from .. import targets
 
     st = targets.of_folder(args.dir).status(args.dir)
-    sys.stdout.write(json.dumps(st.to_dict(), indent=2) + "\n" if args.json else st.render())
+    sys.stdout.write(json.dumps(st.to_dict(), indent=2) + "\n" if args.json else st.render(args.dir))
     return EXIT_OK if st.healthy else EXIT_FAIL
 
 

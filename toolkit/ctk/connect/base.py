@@ -116,6 +116,11 @@ def _state_home() -> str:
     return os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
 
 
+_NAME_A_CLUSTER = "--deployment DIR (a deployment ctk made) or --host USER@HOST (a login node over SSH)"
+# What Slurm's commands say when they find neither a slurm.conf nor a configless controller.
+_NO_CONFIG = re.compile(r"Could not establish a configuration source|DNS SRV lookup failed")
+
+
 class HereCluster(Cluster):
     """The cluster this machine is a submit host of: Slurm's commands as they are here."""
 
@@ -134,7 +139,11 @@ class HereCluster(Cluster):
 
         if not shutil.which("sbatch"):
             raise UserError("this machine has no Slurm commands (sbatch is not on PATH), and no cluster was named",
-                            hint="--deployment DIR (a local deployment) or --host USER@HOST (a login node)")
+                            hint=_NAME_A_CLUSTER)
+        if os.environ.get("SLURM_CONF") and not os.path.isfile(self.conf):
+            # Slurm's commands would wait for a controller that no file names
+            raise UserError(f"this machine has no Slurm cluster configured: SLURM_CONF={self.conf} does not "
+                            "exist, and no cluster was named", hint=_NAME_A_CLUSTER)
         return self
 
     def _env(self) -> dict[str, str]:
@@ -150,6 +159,10 @@ class HereCluster(Cluster):
             raise UserError(f"{argv[0]}: not installed on this machine") from None
         except subprocess.TimeoutExpired:
             raise SlurmError(f"{argv[0]}: no answer from the cluster within {timeout:.0f}s") from None
+        if r.returncode != 0 and _NO_CONFIG.search(r.stderr or ""):
+            # no slurm.conf here, and no DNS SRV record of a configless controller either
+            raise UserError(f"this machine has no Slurm cluster configured (no {self.conf}, and {argv[0]} "
+                            "found no controller through DNS), and no cluster was named", hint=_NAME_A_CLUSTER)
         return Result(r.returncode, r.stdout, r.stderr)
 
     def host_path(self, path: str) -> str | None:

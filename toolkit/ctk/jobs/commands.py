@@ -16,7 +16,7 @@ def parse_sets(sets: list[str], nodes: str | None) -> dict[str, str]:
     for s in sets:
         key, eq, value = s.partition("=")
         if not eq or not key.strip():
-            raise UserError(f"--set {s}: expected K=V", hint="--set nodes=2")
+            raise UserError(f"--set {templates.clip(s)}: expected K=V", hint="--set nodes=2")
         out[key.strip()] = value
     if nodes is not None:
         out["nodes"] = nodes
@@ -59,7 +59,8 @@ def templates_text(as_json: bool) -> str:
         out.append(f"{t.name}: {t.description}")
         for p in t.params.values():
             default = "required" if p.required else f"default {json.dumps(p.default)}"
-            out.append(f"  {p.name} ({p.type}, {default}): {p.help}")
+            bounds = "".join(f", {w} {b}" for w, b in (("min", p.min), ("max", p.max)) if b is not None)
+            out.append(f"  {p.name} ({p.type}, {default}{bounds}): {p.help}")
         out.append("")
     return "\n".join(out)
 
@@ -80,7 +81,7 @@ class ClusterRef:
         """The flags again, for hints."""
         if self.host:
             return f"--host {self.host}" + (f" --ssh-config {self.ssh_config}" if self.ssh_config else "")
-        return f"--deployment {self.deployment}"
+        return f"--deployment {self.deployment}" if self.deployment else ""
 
 
 @dataclass(frozen=True)

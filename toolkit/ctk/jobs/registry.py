@@ -60,11 +60,11 @@ def load(deployment_dir: str) -> list[dict[str, Any]]:
     return list(by_id.values())
 
 
-def get(deployment_dir: str, job_id: str, where: str = "") -> dict[str, Any]:
+def get(deployment_dir: str, job_id: str, where: str | None = None) -> dict[str, Any]:
     base = str(job_id).split("_", 1)[0]  # an array task 12_3 belongs to job 12
     for rec in load(deployment_dir):
         if str(rec["id"]) == base:
             return rec
-    where = where or f"--deployment {deployment_dir}"
+    where = f"--deployment {deployment_dir}" if where is None else where
     raise UserError(f"job {job_id}: not submitted through ctk to this cluster",
-                    hint=f"ctk job list {where}")
+                    hint=f"ctk job list {where}".rstrip())

@@ -8,9 +8,10 @@ block, a Jinja comment holding a YAML list:
     - {name: job_name, type: str, default: jax, pattern: name, help: ...}
     -#}
 
-Fields: name, type (str|int|bool|float|list), default (absent: required), help, and for
-`str` values that are written into `#SBATCH` lines, `pattern` (a key of PATTERNS): such values
-are checked against a strict pattern before rendering. Every other string reaches the script
+Fields: name, type (str|int|bool|float|list), default (absent: required), help, `min` and
+`max` (int and float: the bounds, both included), `choices`, and for `str` values that are
+written into `#SBATCH` lines, `pattern` (a key of PATTERNS): such values are checked against a
+strict pattern before rendering. Every other string reaches the script
 only through the `q` / `qargv` filters (shlex.quote), so no value can change the script.
 The block of sbatch/_preempt.j2 (preemptible, checkpoint_hook) is added to every template.
 """
@@ -41,7 +42,7 @@ PATTERNS: dict[str, tuple[re.Pattern, str]] = {
              "letters, digits and _.+- (at most 128, starting with a letter or digit)"),
     "partition": (re.compile(r"[A-Za-z0-9_-]{1,64}(,[A-Za-z0-9_-]{1,64})*"),
                   "a Slurm partition name, or several separated by commas"),
-    "time": (re.compile(r"(\d+|\d+:\d\d|\d+:\d\d:\d\d|\d+-\d+|\d+-\d+:\d\d|\d+-\d+:\d\d:\d\d|UNLIMITED|INFINITE)"),
+    "time": (re.compile(r"\d{1,9}(:\d\d){0,2}|\d{1,3}-\d{1,4}(:\d\d){0,2}|UNLIMITED|INFINITE"),
              "a Slurm time: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS or UNLIMITED"),
     "path": (re.compile(r"[A-Za-z0-9_./%+-]{1,1024}"),
              "a path of letters, digits and _./%+- (no spaces or quotes)"),
@@ -63,6 +64,7 @@ class Param:
     help: str = ""
     pattern: str | None = None
     min: float | None = None
+    max: float | None = None
     choices: list | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -71,6 +73,10 @@ class Param:
             d["default"] = self.default
         if self.pattern:
             d["pattern"] = self.pattern
+        if self.min is not None:
+            d["min"] = self.min
+        if self.max is not None:
+            d["max"] = self.max
         if self.choices:
             d["choices"] = self.choices
         return d
@@ -166,7 +172,7 @@ def _parse_block(text: str, where: str, depth: int = 0) -> tuple[list[Param], st
             continue
         if not isinstance(item, dict) or not isinstance(item.get("name"), str):
             raise UserError(f"{where}: parameter #{i + 1} needs a 'name'")
-        unknown = set(item) - {"name", "type", "default", "help", "pattern", "min", "choices", "required"}
+        unknown = set(item) - {"name", "type", "default", "help", "pattern", "min", "max", "choices", "required"}
         if unknown:
             raise UserError(f"{where}: parameter {item['name']!r}: unknown field(s) {sorted(unknown)}")
         typ = item.get("type", "str")
@@ -176,9 +182,17 @@ def _parse_block(text: str, where: str, depth: int = 0) -> tuple[list[Param], st
         if pat is not None and (typ != "str" or pat not in PATTERNS):
             raise UserError(f"{where}: parameter {item['name']!r}: pattern must be one of "
                             f"{', '.join(PATTERNS)} (str parameters only)")
+        for bound in ("min", "max"):
+            b = item.get(bound)
+            if b is not None and (typ not in ("int", "float") or isinstance(b, bool)
+                                  or not isinstance(b, (int, float))):
+                raise UserError(f"{where}: parameter {item['name']!r}: {bound} must be a number "
+                                "(int and float parameters only)")
+        if item.get("min") is not None and item.get("max") is not None and item["min"] > item["max"]:
+            raise UserError(f"{where}: parameter {item['name']!r}: min {item['min']} is above max {item['max']}")
         required = bool(item.get("required", "default" not in item))
         p = Param(item["name"], typ, None, required, str(item.get("help", "")), pat, item.get("min"),
-                  item.get("choices"))
+                  item.get("max"), item.get("choices"))
         if not required:
             p.default = _coerce(p, item["default"], f"{where}: default of")
         if any(x.name == p.name for x in out):  # a later declaration overrides an inherited one
@@ -241,13 +255,151 @@ def _load_template(name: str) -> Template:
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _TRUE, _FALSE = {"true", "yes", "on", "1"}, {"false", "no", "off", "0"}
 
+MAX_VALUE = 64 * 1024  # bytes in one --set value: far above any real one, far below harm
+_ECHO = 60  # characters of a value that a message repeats
+MAX_TIME_DAYS = 365  # longer is a typo; Slurm reads an absurd limit as no limit at all
+_LIST_HELP = " (a list such as [a, 'b c'] or a,b)"
+_LIST_HINT = ("a list is a,b or [a, 'b c', \"d\"]: one level of plain or quoted strings "
+              "(quote an element holding a comma, bracket or leading &*!); no YAML anchors or aliases")
 
-def _coerce(p: Param, value: Any, ctx: str) -> Any:
-    """VALUE converted to P's type; strings (from --set) are parsed. Raises ValueError."""
+
+def _bounds(p: Param) -> str:
+    """P's bounds as a message gives them: ' from 1 to 65535', ' >= 0', ''."""
+    if p.min is not None and p.max is not None:
+        return f" from {p.min} to {p.max}"
+    if p.min is not None:
+        return f" >= {p.min}"
+    return f" <= {p.max}" if p.max is not None else ""
+
+
+def clip(value: Any, keep: int = _ECHO) -> str:
+    """VALUE as a message shows it: its repr, or for a long value its first KEEP characters
+    and its size, so that a huge value is never printed back whole."""
+    text = value if isinstance(value, str) else repr(value)
+    if len(text) <= keep:
+        return repr(value) if isinstance(value, str) else text
+    size = len(text.encode("utf-8", errors="surrogatepass"))
+    head = repr(text[:keep]) if isinstance(value, str) else text[:keep]
+    return f"{head}... ({size} bytes)"
+
+
+class _ListSyntax(ValueError):
+    """A flow list that _flow_list cannot read; the message says why."""
+
+
+_ESCAPES = {"\\": "\\", '"': '"', "/": "/", "n": "\n", "t": "\t", "r": "\r", "0": "\x00"}
+_HEX = {"x": 2, "u": 4}
+_BLANK = " \t\r\n"
+
+
+def _quoted(s: str, i: int) -> tuple[str, int]:
+    """The quoted element starting at S[I] (' or "), and the index after its closing quote."""
+    q, n, parts = s[i], len(s), []
+    i += 1
+    while True:
+        j = s.find(q, i) if q == "'" else min((k for k in (s.find('"', i), s.find("\\", i)) if k >= 0),
+                                                default=-1)
+        if j < 0:
+            raise _ListSyntax(f"a quote ({q}) that is not closed")
+        parts.append(s[i:j])
+        if q == "'":
+            if s.startswith("''", j):  # '' inside single quotes is one quote
+                parts.append("'")
+                i = j + 2
+                continue
+            return "".join(parts), j + 1
+        if s[j] == '"':
+            return "".join(parts), j + 1
+        esc = s[j + 1:j + 2]  # a backslash escape
+        if esc in _ESCAPES:
+            parts.append(_ESCAPES[esc])
+            i = j + 2
+        elif esc in _HEX and re.fullmatch(r"[0-9A-Fa-f]{%d}" % _HEX[esc], s[j + 2:j + 2 + _HEX[esc]]):
+            parts.append(chr(int(s[j + 2:j + 2 + _HEX[esc]], 16)))
+            i = j + 2 + _HEX[esc]
+        elif j + 1 >= n:
+            raise _ListSyntax('a quote (") that is not closed')
+        else:
+            raise _ListSyntax(f"unknown escape \\{esc} in a double-quoted element")
+
+
+def _flow_list(s: str) -> list[str]:
+    """The elements of S, a one-level list written `[a, 'b c', "d\\te"]`, each a string as
+    written (no YAML typing). Plain and quoted strings only: nesting, mappings, anchors, aliases
+    and tags are refused, so reading costs one pass over S and builds nothing bigger than S."""
+    out: list[str] = []
+    i, n = 1, len(s)  # s[0] is "["
+    while True:
+        while i < n and s[i] in _BLANK:
+            i += 1
+        if i >= n:
+            raise _ListSyntax("no closing ]")
+        c = s[i]
+        if c == "]":
+            i += 1
+            break
+        if c == ",":
+            raise _ListSyntax(f"an empty element at character {i + 1}")
+        if c in "[{":
+            raise _ListSyntax("plain values only: no nested lists or mappings")
+        if c in "&*!":
+            raise _ListSyntax(f"YAML anchors, aliases and tags ({c}...) are not read; "
+                              "quote an element that starts with one")
+        if c in "'\"":
+            item, i = _quoted(s, i)
+            out.append(item)
+        else:  # a plain element: up to the next comma or ]
+            j = i
+            while j < n and s[j] not in ",]":
+                if s[j] in "[{}":
+                    raise _ListSyntax(f"{s[j]!r} inside an element; quote the element")
+                j += 1
+            out.append(s[i:j].rstrip(_BLANK))
+            i = j
+        while i < n and s[i] in _BLANK:
+            i += 1
+        if i < n and s[i] == ",":
+            i += 1
+        elif i < n and s[i] != "]":
+            raise _ListSyntax(f"expected , or ] at character {i + 1}")
+    if s[i:].strip(_BLANK):
+        raise _ListSyntax("text after the closing ]")
+    return out
+
+
+def _time_seconds(v: str) -> int | None:
+    """A Slurm time (one PATTERNS['time'] matched) in seconds; None for UNLIMITED."""
+    if v in ("UNLIMITED", "INFINITE"):
+        return None
+    days, _, rest = v.rpartition("-")
+    parts = [int(x) for x in rest.split(":")]
+    if days:  # D-HH, D-HH:MM, D-HH:MM:SS
+        h, m, sec = (parts + [0, 0])[:3]
+        return int(days) * 86400 + h * 3600 + m * 60 + sec
+    if len(parts) == 1:  # MM
+        return parts[0] * 60
+    if len(parts) == 2:  # MM:SS
+        return parts[0] * 60 + parts[1]
+    return parts[0] * 3600 + parts[1] * 60 + parts[2]  # HH:MM:SS
+
+
+def _coerce(p: Param, value: Any, ctx: str, shown: bool = False) -> Any:
+    """VALUE converted to P's type; strings (from --set) are parsed. Raises UserError, whose
+    message repeats VALUE (cut short) unless CTX already SHOWN it."""
+    raw, t = value, p.type
+
     def bad(why: str = ""):
-        return UserError(f"{ctx} parameter {p.name!r}: expected {p.type}{why}, got {value!r}")
+        got = "" if shown else f", got {clip(raw)}"
+        if t == "list":
+            hint = _LIST_HINT
+        elif p.pattern:
+            hint = f"{p.name}: {PATTERNS[p.pattern][1]}"
+        else:
+            hint = f"{p.name}: {p.type}{_bounds(p)}; see 'ctk job templates' for every parameter"
+        return UserError(f"{ctx} parameter {p.name!r}: expected {p.type}{why}{got}", hint=hint)
 
-    t = p.type
+    if isinstance(value, str) and len(value.encode("utf-8", "surrogatepass")) > MAX_VALUE:
+        raise bad(f" of at most {MAX_VALUE // 1024} KiB")
     if t == "str":
         if not isinstance(value, (str, int, float)) or isinstance(value, bool):
             raise bad()
@@ -258,6 +410,13 @@ def _coerce(p: Param, value: Any, ctx: str) -> Any:
             rx, what = PATTERNS[p.pattern]
             if not rx.fullmatch(v):
                 raise bad(f" ({what})")
+            if p.pattern == "time":
+                secs = _time_seconds(v)
+                if secs == 0:
+                    raise bad(" above zero (Slurm reads 0 as no limit: write UNLIMITED for that)")
+                if secs is not None and secs > MAX_TIME_DAYS * 86400:
+                    raise bad(f" of at most {MAX_TIME_DAYS} days ({MAX_TIME_DAYS}-00:00:00; "
+                              "UNLIMITED for no limit)")
     elif t == "int":
         if isinstance(value, bool):
             raise bad()
@@ -287,16 +446,14 @@ def _coerce(p: Param, value: Any, ctx: str) -> Any:
         if isinstance(value, str):
             s = value.strip()
             if s.startswith("["):
-                import yaml
-
                 try:
-                    value = yaml.safe_load(s)
-                except yaml.YAMLError:
-                    raise bad(" (a YAML list such as [a, b], or a,b)") from None
+                    value = _flow_list(s)
+                except _ListSyntax as e:
+                    raise bad(f"{_LIST_HELP}: {e}") from None
             else:
                 value = [x for x in s.split(",")] if s else []
         if not isinstance(value, (list, tuple)):
-            raise bad(" (a YAML list such as [a, b], or a,b)")
+            raise bad(_LIST_HELP)
         v = []
         for x in value:
             if isinstance(x, (list, dict)) or x is None:
@@ -305,8 +462,11 @@ def _coerce(p: Param, value: Any, ctx: str) -> Any:
             if "\x00" in x:
                 raise bad(" without NUL characters")
             v.append(x)
-    if p.min is not None and t in ("int", "float") and v < p.min:
-        raise bad(f" >= {p.min}")
+    if t in ("int", "float"):
+        if p.min is not None and v < p.min:
+            raise bad(f" >= {p.min}")
+        if p.max is not None and v > p.max:
+            raise bad(f" <= {p.max}")
     if p.choices and v not in p.choices:
         raise bad(f" (one of {', '.join(map(str, p.choices))})")
     return v
@@ -348,13 +508,13 @@ def shsplit(value: str) -> list[str]:
     try:
         return shlex.split(value)
     except ValueError as e:
-        raise UserError(f"cannot split {value!r} into arguments: {e}") from None
+        raise UserError(f"cannot split {clip(value)} into arguments: {e}") from None
 
 
 def envname(value: str) -> str:
     """VALUE if it is a valid environment variable name, else a UserError."""
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,127}", value):
-        raise UserError(f"{value!r} is not an environment variable name",
+        raise UserError(f"{clip(value)} is not an environment variable name",
                         hint="NAME=VALUE, NAME of letters, digits and _")
     return value
 
@@ -439,18 +599,23 @@ def cluster_facts(cluster: Deployment, nodeset: str | None) -> dict[str, Any]:
     return facts
 
 
+def _echo(value: Any) -> str:
+    """VALUE as the user typed it after --set, cut like clip() when long."""
+    return value if isinstance(value, str) and len(value) <= _ECHO else clip(value)
+
+
 def resolve_params(tpl: Template, params: dict[str, Any], facts: dict[str, Any] | None = None) -> dict[str, Any]:
     """Defaults, then deployment facts, then PARAMS, typed and checked."""
     for k in params:
         if k not in tpl.params:
             hint = did_you_mean(k, tpl.params) or f"parameters: {', '.join(tpl.params)}"
-            raise UserError(f"--set {k}=...: template {tpl.name!r} has no parameter {k!r}",
+            raise UserError(f"--set {_echo(k)}=...: template {tpl.name!r} has no parameter {clip(k)}",
                             hint=f"{hint} (see 'ctk job templates')")
     out: dict[str, Any] = {}
     missing = []
     for name, p in tpl.params.items():
         if name in params:
-            out[name] = _coerce(p, params[name], f"--set {name}={params[name]}:")
+            out[name] = _coerce(p, params[name], f"--set {name}={_echo(params[name])}:", shown=True)
         elif facts and name in facts:
             out[name] = _coerce(p, facts[name], "deployment:")
         elif p.required:

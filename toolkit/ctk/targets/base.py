@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shlex
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Iterator
@@ -111,7 +112,8 @@ class Status:
         d["partitions"] = [dataclasses.asdict(p) for p in self.partitions]
         return d
 
-    def render(self) -> str:
+    def render(self, folder: str) -> str:
+        """The report `ctk status FOLDER` prints; its commands name FOLDER, ready to paste."""
         head = f"deployment {self.deployment}: slurmctld " + ("reachable" if self.controller_reachable else "NOT reachable")
         if self.accounting:
             head += "; accounting (slurmdbd) " + ("up: sacct works" if self.accounting == "up" else "DOWN")
@@ -148,8 +150,9 @@ class Status:
                              + "".join(f" {k}={v}" for k, v in sorted(ev.items())
                                        if k not in ("time", "epoch", "event", "node")))
         if self.slurm_client:
-            who = f" as {self.lab_user} (home: DIR/lab/home/{self.lab_user})" if self.lab_user else ""
-            lines += ["", f"Slurm commands run in {self.slurm_client}{who}: eval \"$(ctk env DIR)\" puts sbatch, "
+            home = os.path.join(folder, "lab", "home", self.lab_user or "")
+            who = f" as {self.lab_user} (home: {home})" if self.lab_user else ""
+            lines += ["", f"Slurm commands run in {self.slurm_client}{who}: eval \"$(ctk env {shlex.quote(folder)})\" puts sbatch, "
                       "srun, squeue, ... on PATH"]
         for x in self.nodes:
             if x.ssh:
