@@ -37,6 +37,7 @@ NODESET = """\
     use: [nodeset]
     settings:
       partition_name: compute
+      exclusive: false
 """
 
 SCRIPT = """\

@@ -270,7 +270,7 @@ def test_wait_backs_off_from_0_2_to_5_seconds(monkeypatch, tmp_path):
     from ctk.jobs import api
     sleeps = []
     states = iter(["PENDING"] * 8 + ["COMPLETED"])
-    monkeypatch.setattr(api.scheduler, "states", lambda c, ids, known=None: {ids[0]: next(states)})
+    monkeypatch.setattr(api.scheduler, "details", lambda c, ids, known=None: {ids[0]: (next(states), "")})
     monkeypatch.setattr(api.scheduler, "exit_code", lambda c, j: 0)
     monkeypatch.setattr(api.time, "sleep", sleeps.append)
     job = api.Job("1", Rec(tmp_path, None), {"id": "1"})
@@ -282,7 +282,7 @@ def test_wait_backs_off_from_0_2_to_5_seconds(monkeypatch, tmp_path):
 def test_a_requeueable_job_is_followed_through_a_node_failure(monkeypatch, tmp_path, requeue, expected):
     from ctk.jobs import api
     states = iter(["RUNNING", "NODE_FAIL", "PENDING", "RUNNING", "COMPLETED"])
-    monkeypatch.setattr(api.scheduler, "states", lambda c, ids, known=None: {ids[0]: next(states)})
+    monkeypatch.setattr(api.scheduler, "details", lambda c, ids, known=None: {ids[0]: (next(states), "")})
     monkeypatch.setattr(api.scheduler, "exit_code", lambda c, j: 0)
     monkeypatch.setattr(api.time, "sleep", lambda s: None)
     rec = {"id": "1", "requeue": True} if requeue else {"id": "1"}
@@ -306,6 +306,8 @@ def test_without_flags_jobs_go_to_this_machines_own_slurm(tmp_path, monkeypatch,
     bin_dir.mkdir()
     (bin_dir / "sbatch").write_text("#!/bin/sh\necho 31\n")
     (bin_dir / "sbatch").chmod(0o755)
+    (bin_dir / "sinfo").write_text("#!/bin/sh\necho 'debug*|2:00:00|2|2|3000|(null)'\n")  # what the job is checked against
+    (bin_dir / "sinfo").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
     c = open_cluster()
     assert isinstance(c, HereCluster) and c.key == f"here:{conf}"
