@@ -94,8 +94,12 @@ def test_the_password_file_is_private(acct):
 def test_forgotten_jobs_get_state_and_exit_code_from_sacct(here, capsys):
     from ctk.jobs import Job
     from ctk.jobs.clusters import HereCluster
-    assert main(["job", "submit", "jax-train", "--wait", "--", "bash", "-c", "echo hi; exit 4"]) == 4
-    failed = capsys.readouterr().out.strip()
+    # --wait's exit code says the job failed (3), apart from ctk's own 1 and 2; the job's own
+    # code (4) is in its last line
+    assert main(["job", "submit", "jax-train", "--wait", "--", "bash", "-c", "echo hi; exit 4"]) == 3
+    out = capsys.readouterr()
+    failed = out.out.strip()
+    assert f"job {failed}: FAILED (exit code 4)" in out.err
     assert main(["job", "submit", "jax-train", "--wait", "--", "true"]) == 0
     ok = capsys.readouterr().out.strip()
     assert main(["job", "submit", "jax-train", "--", "sleep", "300"]) == 0

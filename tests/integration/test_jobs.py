@@ -293,3 +293,55 @@ def test_final_states_come_from_the_job_completion_log_once_slurm_forgets(lab):
     # what `ctk job status` falls back to after MinJobAge, read from slurmctld's own log
     assert LocalCluster(lab.path).forgotten([ok.id, bad.id, "999999"]) == {ok.id: ("COMPLETED", 0),
                                                                            bad.id: ("FAILED", 5)}
+
+
+# ---- jobs that can never run ---------------------------------------------------------------
+
+NEVER = [  # (what the job asks, a piece of the refusal)
+    (["jax-train", "--nodeset", "gpunodeset", "--set", "time=03:00:00"],
+     "time 03:00:00 (--time): partition gpu allows at most 02:00:00 (its MaxTime)"),
+    (["jax-train", "--nodeset", "gpunodeset", "--set", "gpus_per_node=16"],
+     "16 GPUs per node: the nodes of partition gpu have at most 8"),
+    (["jax-train", "--set", "gpus_per_node=8"],
+     "GPUs go with accelerator=gpu, and the nodes of nodeset debugnodeset have none"),
+    (["array", "--set", "sweep=[a, b]", "--set", "partition=debug", "--set", "gpus_per_node=1"],
+     "1 GPUs per node: the nodes of partition debug have no GPUs"),
+    (["jax-train", "--nodes", "3", "--set", "partition=debug"], "3 nodes (--nodes): partition debug has 2"),
+    (["jax-train", "--set", "partition=debg"], "partition 'debg' (--partition): the cluster has no such partition"),
+]
+
+
+def test_jobs_the_partitions_would_never_start_are_refused_before_sbatch(lab):
+    """A time above MaxTime, more GPUs than a node has, GPUs on a CPU nodeset or partition, more
+    nodes than the partition has, a partition that does not exist: exit 2 with the limit, before
+    sbatch runs (nothing is queued, nothing registered). `render --check` refuses them alike."""
+    listed = lab.ctk("job", "list", "--deployment", lab.path, "--json").stdout
+    for args, message in NEVER:
+        r = lab.ctk("job", "submit", *args, "--deployment", lab.path, "--", "true")
+        assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
+    r = lab.ctk("job", "render", *NEVER[0][0], "--deployment", lab.path, "--check", "--", "true")
+    assert r.returncode == 2 and NEVER[0][1] in r.stderr, r.stderr
+    assert lab.ctk("job", "list", "--deployment", lab.path, "--json").stdout == listed
+
+
+def test_a_job_whose_dependency_can_never_be_met_says_so_and_wait_stops(lab):
+    """--wait exits 3 for a job that failed (its own code printed) and 5, at once, for a job
+    pending on a dependency that can never be satisfied, which `ctk job status` shows as its
+    REASON; it stays queued until cancelled."""
+    r = lab.ctk("job", "submit", "jax-train", "--deployment", lab.path, "--set", "partition=debug", "--wait",
+                "--", "bash", "-c", "exit 7", timeout=300)
+    assert r.returncode == 3 and "FAILED (exit code 7)" in r.stderr, (r.stdout, r.stderr)
+    failed = r.stdout.strip()
+    r = lab.ctk("job", "submit", "jax-train", "--deployment", lab.path, "--set", "partition=debug",
+                f"--sbatch=--dependency=afterok:{failed}", "--wait", "--", "true", timeout=300)
+    assert r.returncode == 5, (r.stdout, r.stderr)
+    waiting = r.stdout.strip()
+    assert f"job {waiting}: pending for DependencyNeverSatisfied, which never goes away on its own" in r.stderr
+    r = lab.ctk("job", "status", waiting, "--deployment", lab.path)
+    assert r.returncode == 0 and "PENDING" in r.stdout and "DependencyNeverSatisfied (never starts:" in r.stdout, r.stdout
+    row = json.loads(lab.ctk("job", "status", waiting, "--deployment", lab.path, "--json").stdout)[0]
+    assert row["reason"] == "DependencyNeverSatisfied" and row["never_starts"]
+    assert lab.ctk("job", "cancel", waiting, "--deployment", lab.path).returncode == 0
+    lines = lab.ctk("job", "list", "--deployment", lab.path).stdout.splitlines()
+    assert lines[0].split()[:3] == ["ID", "STATE", "TEMPLATE"]
+    assert any(ln.split()[:2] == [failed, "FAILED"] for ln in lines), lines
