@@ -255,7 +255,8 @@ def test_submit_command_words_after_double_dash_reach_the_api(dep, monkeypatch, 
     class J:
         id = "77"
 
-    def fake_submit(template, params, cluster, command=(), nodeset=None, extra_args=(), deployment=None):
+    def fake_submit(template, params, cluster, command=(), nodeset=None, extra_args=(), deployment=None, options=None,
+                    chdir=None):
         seen.update(template=template, params=params, cluster=cluster, command=list(command), nodeset=nodeset)
         return J()
     monkeypatch.setattr("ctk.jobs.api.submit", fake_submit)
@@ -309,6 +310,8 @@ def test_without_flags_jobs_go_to_this_machines_own_slurm(tmp_path, monkeypatch,
     (bin_dir / "sinfo").write_text("#!/bin/sh\necho 'debug*|2:00:00|2|2|3000|(null)'\n")  # what the job is checked against
     (bin_dir / "sinfo").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    (tmp_path / "home").mkdir()
+    monkeypatch.chdir(tmp_path / "home")  # jobs run where they are submitted from (sbatch's default)
     c = open_cluster()
     assert isinstance(c, HereCluster) and c.key == f"here:{conf}"
     assert c.jobs_dir == str(tmp_path / "home" / ".ctk-jobs")
@@ -316,7 +319,7 @@ def test_without_flags_jobs_go_to_this_machines_own_slurm(tmp_path, monkeypatch,
     assert main(["job", "submit", "jax-train", "--", "true"]) == 0
     assert capsys.readouterr().out == "31\n"
     rec = registry.load(c.registry_dir)[0]
-    assert rec["cluster"] == f"here:{conf}" and rec["stdout"] == str(tmp_path / "home" / ".ctk-jobs" / "jax-train-31.out")
+    assert rec["cluster"] == f"here:{conf}" and rec["stdout"] == str(tmp_path / "home" / "jax-train-31.out")
     assert open(rec["script"]).read().startswith("#!/bin/bash\n")
 
 

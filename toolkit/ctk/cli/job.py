@@ -36,6 +36,26 @@ def add_parsers(sub) -> None:
         g.add_argument("-i", "--identity", metavar="FILE", help="with --host: the SSH private key")
         g.add_argument("--ssh-config", metavar="FILE", help="with --host: an SSH config file (default ~/.ssh/config)")
 
+    def job_option_args(p):
+        g = p.add_argument_group("job options (each an #SBATCH line after the template's own, which it overrides)")
+        g.add_argument("--time", metavar="TIME", help="time limit (HH:MM:SS, D-HH:MM:SS, MM; checked against the "
+                       "partition's MaxTime before submission)")
+        g.add_argument("--mem", metavar="SIZE", help="memory per node (4G, 512M; default: the partition's "
+                       "DefMemPerCPU times the CPUs)")
+        g.add_argument("--ntasks-per-node", type=int, metavar="N",
+                       help="processes per node (the templates start one per node, or one per GPU on GPU nodes)")
+        g.add_argument("--dependency", metavar="DEP", help="start after other jobs: afterok:12, afterany:12:13, "
+                       "singleton (ctk job status shows DependencyNeverSatisfied when it cannot be met)")
+        g.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                       help="an environment variable of the job, exported after the #SBATCH lines (repeatable; "
+                       "the template's own settings, set later, win)")
+        g.add_argument("--chdir", metavar="DIR", help="the folder the job runs in, as the nodes see it; relative "
+                       "paths in the command and the logs are in it (default: the folder you submit from, where "
+                       "the cluster shares it: this machine's own cluster, a lab's /home; else ~/.ctk-jobs)")
+        g.add_argument("--sbatch", action="append", default=[], metavar="OPT", dest="sbatch_args",
+                       help="any other sbatch option, as one word (repeatable), e.g. --sbatch=--hold or "
+                       "--sbatch=--exclusive")
+
     def template_args(p):
         p.add_argument("template", help="template name (see ctk job templates)")
         p.add_argument("--set", action="append", default=[], metavar="K=V", dest="sets",
@@ -49,11 +69,14 @@ def add_parsers(sub) -> None:
     p.set_defaults(run=templates)
     p = jsub.add_parser("render", help="print the batch script of a template",
                         usage="ctk job render TEMPLATE [--set K=V]... [--nodes N] [--deployment DIR] "
-                        "[--nodeset NAME] [--check [--host USER@HOST]] [-- CMD [ARG...]]",
+                        "[--nodeset NAME] [--time T] [--mem SIZE] [--ntasks-per-node N] [--dependency DEP] "
+                        "[--env K=V]... [--chdir DIR] [--sbatch OPT]... [--check [--host USER@HOST]] "
+                        "[-- CMD [ARG...]]",
                         description="Print the batch script. With --check, also ask the cluster whether it "
                         "would run it (sbatch --test-only: nothing is queued); the answer goes to stderr "
                         "and a refusal exits 1.")
     template_args(p)
+    job_option_args(p)
     cluster_args(p, "deployment folder whose deployment.json describes the cluster (and, with --check, "
                  "the local cluster that checks it)")
     p.add_argument("--check", action="store_true", help="run sbatch --test-only on the cluster")
@@ -61,20 +84,27 @@ def add_parsers(sub) -> None:
 
     p = jsub.add_parser("submit", help="render a template and submit it; print the job id",
                         usage="ctk job submit TEMPLATE [--deployment DIR | --host USER@HOST] [--set K=V]... "
-                        "[--nodes N] [--nodeset NAME] [--wait] [-- CMD [ARG...]]",
+                        "[--nodes N] [--nodeset NAME] [--time T] [--mem SIZE] [--ntasks-per-node N] "
+                        "[--dependency DEP] [--env K=V]... [--chdir DIR] [--sbatch OPT]... [--wait] [--json] "
+                        "[-- CMD [ARG...]]",
                         description="Render the template, store the script in the cluster's ~/.ctk-jobs "
-                        "(/home/.ctk-jobs in a lab), sbatch it there and print the job id. The job is "
-                        "recorded in the local registry, so status/logs/cancel work later. With --host "
-                        "and --deployment, the facts come from the deployment and the job goes to the host.")
+                        "(/home/USER/.ctk-jobs in a lab), sbatch it and print the job id. The job runs in "
+                        "--chdir, else in the folder you submit from where the cluster shares it (this "
+                        "machine's own Slurm; a lab's /home: DIR/lab/home), else in ~/.ctk-jobs (then a "
+                        "command naming a relative file, such as train.py, is refused on a lab). Before sbatch "
+                        "runs, the job is checked against the partitions (one sinfo call): a partition that "
+                        "does not exist, a time above its MaxTime, more nodes than it has, more GPUs or memory "
+                        "than its nodes have are refused (exit 2), since Slurm would queue such a job and "
+                        "never start it. The job is recorded in the local registry, so status/logs/cancel "
+                        "work later. With --host and --deployment, the facts come from the deployment and the "
+                        "job goes to the host.")
     template_args(p)
+    job_option_args(p)
     cluster_args(p)
     p.add_argument("--wait", action="store_true",
                    help="follow the job to its end: exit 0 if it completed, 3 if it failed (its own exit code is "
                    "printed, and in --json), 4 if it was cancelled, timed out, lost its node or was preempted, "
                    "5 as soon as it pends for a reason that never goes away (DependencyNeverSatisfied, ...)")
-    p.add_argument("--sbatch", action="append", default=[], metavar="OPT", dest="sbatch_args",
-                   help="an extra sbatch option, given as one word (repeatable), e.g. "
-                   "--sbatch=--dependency=afterok:12 or --sbatch=--hold")
     p.add_argument("--json", action="store_true",
                    help="print the job's record as JSON (with --wait: also its final state and exit code)")
     p.set_defaults(run=submit)
@@ -103,6 +133,13 @@ def add_parsers(sub) -> None:
 
 
 
+def _options(args):
+    from ..jobs.options import JobOptions
+
+    return JobOptions(time=args.time, mem=args.mem, ntasks_per_node=args.ntasks_per_node, dependency=args.dependency,
+                      env=tuple(args.env), chdir=args.chdir, sbatch=tuple(args.sbatch_args)).check()
+
+
 def _ref(args):
     from ..jobs.commands import ClusterRef
 
@@ -122,7 +159,8 @@ def render(args) -> int:
     if not args.check and (args.host or args.identity or args.ssh_config):
         raise UserError("--host, --identity and --ssh-config go with --check",
                         hint="ctk job render TEMPLATE --check --host USER@HOST")
-    script = jobcli.render_cli(args.template, args.sets, args.nodes, args.deployment, args.nodeset, args.command)
+    script = jobcli.render_cli(args.template, args.sets, args.nodes, args.deployment, args.nodeset, args.command,
+                               _options(args))
     if not args.check:
         sys.stdout.write(script)
         return 0
@@ -142,7 +180,7 @@ def submit(args) -> int:
     from ..jobs import commands as jobcli
 
     req = jobcli.SubmitRequest(args.template, tuple(args.sets), args.nodes, args.nodeset, tuple(args.command),
-                               _ref(args), tuple(args.sbatch_args))
+                               _ref(args), tuple(args.sbatch_args), _options(args))
     job = jobcli.submit_cli(req)
     if not args.json:
         print(job.id, flush=True)

@@ -94,6 +94,15 @@ class Cluster:
     def deployment_dir(self) -> str | None:
         return None
 
+    def chdir_for(self, host_dir: str) -> str | None:
+        """The folder of the cluster that is HOST_DIR (a folder of this machine), where a job
+        submitted from there runs; None where this machine's folders are not the cluster's."""
+        return None
+
+    def shared_folders(self) -> list[tuple[str, str]] | None:
+        """(folder here, the same folder on the cluster) that are shared, where ctk knows them."""
+        return None
+
     def close(self) -> None:
         pass
 
@@ -148,6 +157,10 @@ class HereCluster(Cluster):
 
     def _env(self) -> dict[str, str]:
         return dict(os.environ)
+
+    def chdir_for(self, host_dir: str) -> str | None:
+        """Here, a submit host of the cluster: the folder itself (sbatch's own default)."""
+        return host_dir
 
     def run(self, argv: Sequence[str], timeout: float = 30, stdin: str | None = None) -> Result:
         try:

@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from ..errors import UserError
 from . import registry, scheduler, templates
 from .clusters import Cluster
+
+if TYPE_CHECKING:
+    from .options import JobOptions
 
 POLL_START, POLL_MAX = 0.2, 5.0
 
@@ -141,27 +144,35 @@ class Job:
 
 
 def submit(template: str, params: dict[str, Any], cluster: "Cluster | str | None", command: Sequence[str] = (),
-           nodeset: str | None = None, extra_args: Iterable[str] = (), deployment: str | None = None) -> Job:
+           nodeset: str | None = None, extra_args: Iterable[str] = (), deployment: str | None = None,
+           options: "JobOptions | None" = None, chdir: str | None = None) -> Job:
     """Render TEMPLATE with PARAMS and submit it to CLUSTER (a local deployment folder, a
     Cluster, or None for the cluster this machine's Slurm commands reach). The deployment's facts (accelerator, GPUs, network) come from CLUSTER when it is
-    a local deployment, or from DEPLOYMENT (a deployment folder) when given."""
+    a local deployment, or from DEPLOYMENT (a deployment folder) when given. OPTIONS (--time,
+    --mem, --env, ...) go into the script; the job runs in CHDIR (a folder of the cluster),
+    else OPTIONS.chdir, else the cluster's jobs folder. A job that no partition it names
+    would ever start is refused (UserError) before sbatch runs."""
     from . import limits
 
     c = as_cluster(cluster)
     dep_dir = deployment or c.deployment_dir()
     dep = templates.load_deployment(dep_dir) if dep_dir else None
     script = templates.render(template, dict(params), list(command), dep, nodeset)
+    if options is not None:
+        script = options.check().apply(script, with_sbatch=False)
+        chdir = chdir or options.chdir
     extra_args = list(extra_args)
     limits.check(script, extra_args, limits.ask(c))  # a job Slurm would never start is refused here
-    job_id, path = scheduler.submit(c, script, extra_args, name=template)
+    job_id, path = scheduler.submit(c, script, extra_args, name=template, chdir=chdir)
     tasks = scheduler.array_tasks(script)
     if tasks:
-        out, err = scheduler.log_paths(c, script, job_id, template, "%a")
+        out, err = scheduler.log_paths(c, script, job_id, template, "%a", chdir=chdir)
     else:
-        out, err = scheduler.log_paths(c, script, job_id, template)
+        out, err = scheduler.log_paths(c, script, job_id, template, chdir=chdir)
     record = {"id": job_id, "template": template, "params": dict(params),
               "command": [str(x) for x in command], "nodeset": nodeset, "script": path,
-              "stdout": out, "stderr": err, "submitted": time.time(), "cluster": c.key}
+              "stdout": out, "stderr": err, "submitted": time.time(), "cluster": c.key,
+              "chdir": chdir or c.jobs_dir}
     if tasks:
         record["array_tasks"] = tasks
     if scheduler.requeues(script):

@@ -24,12 +24,13 @@ def parse_sets(sets: list[str], nodes: str | None) -> dict[str, str]:
 
 
 def render_cli(template: str, sets: list[str], nodes: str | None, deployment: str | None,
-               nodeset: str | None, command: list[str]) -> str:
+               nodeset: str | None, command: list[str], options=None) -> str:
     params = parse_sets(sets, nodes)
     cluster = templates.load_deployment(deployment) if deployment else None
     if nodeset and not deployment:
         raise UserError("--nodeset needs --deployment DIR")
-    return templates.render(template, params, command, cluster, nodeset)
+    script = templates.render(template, params, command, cluster, nodeset)
+    return options.check().apply(script) if options is not None else script
 
 
 def check_script(script: str, cluster) -> tuple[bool, str]:
@@ -93,6 +94,7 @@ class SubmitRequest:
     command: tuple[str, ...]
     cluster: ClusterRef
     sbatch_args: tuple[str, ...] = ()
+    options: object = None  # options.JobOptions
 
 
 def cluster_of(ref: ClusterRef):
@@ -102,18 +104,49 @@ def cluster_of(ref: ClusterRef):
     return open_cluster(ref.deployment, ref.host, ref.identity, ref.ssh_config)
 
 
-def submit_cli(req: SubmitRequest):
-    from .api import submit
+# Arguments of a command that look like files named relative to the folder the job runs in.
+_FILE_SUFFIXES = (".py", ".sh", ".json", ".yaml", ".yml", ".toml", ".cfg", ".txt", ".csv", ".npz", ".npy", ".ipynb")
 
-    extra = list(req.sbatch_args)
-    for opt in extra:
-        if not opt.startswith("-") or opt in ("-", "--") or "\n" in opt:
-            raise UserError(f"--sbatch {opt!r}: an sbatch option such as --dependency=afterok:12, as one word",
-                            hint="--sbatch=--hold")
+
+def relative_files(command: list[str]) -> list[str]:
+    """The words of COMMAND that name files relative to the job's folder (train.py, ./run.sh,
+    data/x.csv): what a job finds only if it runs where the user meant."""
+    return [a for a in command[1:] + command[:1]
+            if not a.startswith(("-", "/", "~", "$")) and "=" not in a
+            and (a.startswith(("./", "../")) or a.endswith(_FILE_SUFFIXES))]
+
+
+def submit_cli(req: SubmitRequest):
+    """Submit as `ctk job submit` does: the job runs in --chdir, else in the folder it is
+    submitted from where the cluster shares it (this machine's own Slurm; a lab's /home), else
+    in the cluster's jobs folder, which a command naming relative files is refused for on a lab."""
+    import os
+
+    from .api import submit
+    from .options import JobOptions
+
+    opts = req.options if req.options is not None else JobOptions(sbatch=tuple(req.sbatch_args))
+    opts.check()
     cluster = cluster_of(req.cluster)
+    chdir = opts.chdir
+    if chdir is None:
+        try:
+            chdir = cluster.chdir_for(os.getcwd())
+        except OSError:  # the current folder was removed
+            chdir = None
+    shared = cluster.shared_folders()
+    rel = relative_files(list(req.command))
+    if chdir is None and shared is not None and rel:
+        here = os.getcwd() if os.path.isdir(".") else "(a removed folder)"
+        folders = "; ".join(f"{h} ({n} on the nodes)" for h, n in shared)
+        raise UserError(f"the command names {rel[0]}, relative to the folder the job runs in, and the current "
+                        f"folder {here} is not shared with the cluster's nodes (shared: {folders}): the job "
+                        f"would run in {cluster.jobs_dir} and not find it",
+                        hint="put your files in a shared folder and submit from there, or give --chdir FOLDER "
+                        "(as the nodes see it), or name the file by its absolute path on the nodes")
     deployment = req.cluster.deployment if req.cluster.host else None
     return submit(req.template, parse_sets(list(req.sets), req.nodes), cluster, list(req.command), req.nodeset,
-                  extra_args=extra, deployment=deployment)
+                  extra_args=list(opts.sbatch), deployment=deployment, options=opts, chdir=chdir)
 
 
 def load_job(job_id: str, ref: ClusterRef):

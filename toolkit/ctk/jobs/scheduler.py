@@ -36,11 +36,13 @@ def submit_argv(script_path: str, jobs_dir: str, extra_args: Iterable[str] = ())
     return ["sbatch", "--parsable", f"--chdir={jobs_dir}", *extra_args, script_path]
 
 
-def submit(cluster: Cluster, script_text: str, extra_args: Iterable[str] = (), name: str = "job") -> tuple[str, str]:
-    """Store SCRIPT_TEXT in the cluster's jobs folder and sbatch it: (job id, script path)."""
+def submit(cluster: Cluster, script_text: str, extra_args: Iterable[str] = (), name: str = "job",
+           chdir: str | None = None) -> tuple[str, str]:
+    """Store SCRIPT_TEXT in the cluster's jobs folder and sbatch it to run in CHDIR (default:
+    the jobs folder): (job id, script path)."""
     path = cluster.put_script(script_text, name)
     try:
-        r = cluster.run(submit_argv(path, cluster.jobs_dir, extra_args))
+        r = cluster.run(submit_argv(path, chdir or cluster.jobs_dir, extra_args))
     except BaseException:
         cluster.remove(path)
         raise
@@ -184,14 +186,15 @@ def array_tasks(script_text: str) -> list[str]:
 
 
 def log_paths(cluster: Cluster, script_text: str, job_id: str, script_name: str = "",
-              task: str | None = None) -> tuple[str, str]:
+              task: str | None = None, chdir: str | None = None) -> tuple[str, str]:
     """The job's stdout and stderr paths as the cluster sees them (absolute), from the
-    script's #SBATCH lines (Slurm's default slurm-%j.out when absent). For array jobs pass
-    TASK; a pattern with %j names the task's own job id, which is known only to Slurm."""
+    script's #SBATCH lines (Slurm's default slurm-%j.out when absent), relative ones in CHDIR
+    (the folder the job runs in; default the jobs folder). For array jobs pass TASK; a pattern
+    with %j names the task's own job id, which is known only to Slurm."""
     name = (_NAME.search(script_text).group(1) if _NAME.search(script_text) else script_name) or "sbatch"
     out_m, err_m = _OUT.search(script_text), _ERR.search(script_text)
     default = "slurm-%A_%a.out" if task is not None else "slurm-%j.out"
     out = expand_pattern(out_m.group(1) if out_m else default, job_id, name, task)
     err = expand_pattern(err_m.group(1), job_id, name, task) if err_m else out
-    base = cluster.jobs_dir
+    base = chdir or cluster.jobs_dir
     return tuple(posixpath.normpath(posixpath.join(base, p)) for p in (out, err))  # type: ignore[return-value]

@@ -139,6 +139,19 @@ class LabCluster(HereCluster):
     def remove(self, path: str) -> None:
         self.run(["rm", "-f", "--", path])
 
+    def shared_folders(self) -> list[tuple[str, str]]:
+        """The lab's folder that is the nodes' /home, where jobs can run and logs be read."""
+        return [(os.path.join(self.dir, "lab", "home"), NODE_HOME)]
+
+    def chdir_for(self, host_dir: str) -> str | None:
+        """HOST_DIR as the nodes see it, if it is in the lab's shared /home; else None."""
+        here = os.path.realpath(host_dir)
+        for host, node in self.shared_folders():
+            host = os.path.realpath(host)
+            if here == host or here.startswith(host + "/"):
+                return node + here[len(host):]
+        return None
+
     def host_path(self, node_path: str) -> str | None:
         """Where NODE_PATH (absolute, or relative to the jobs folder) lies on this machine;
         None outside the shared /home."""
