@@ -8,6 +8,8 @@ import os
 import re
 import shutil
 import stat
+import subprocess
+import sys
 import time
 
 import pytest
@@ -345,3 +347,44 @@ def test_a_job_whose_dependency_can_never_be_met_says_so_and_wait_stops(lab):
     lines = lab.ctk("job", "list", "--deployment", lab.path).stdout.splitlines()
     assert lines[0].split()[:3] == ["ID", "STATE", "TEMPLATE"]
     assert any(ln.split()[:2] == [failed, "FAILED"] for ln in lines), lines
+
+
+DP = """import os
+print("ran", os.getcwd(), os.environ.get("CTK_T"), os.environ["SLURM_PROCID"], os.environ["SLURM_NTASKS"])
+"""
+
+
+def test_a_job_runs_in_the_folder_it_is_submitted_from_with_its_options(lab, tmp_path):
+    """Submitted from a folder of the lab's shared /home, `-- python3 dp.py` runs there (its log
+    lands there too) with --env, --ntasks-per-node and --time applied; from a folder the nodes
+    do not share, a relative file is refused (exit 2) naming the shared folder; --chdir runs it
+    anywhere the nodes see."""
+    home = user_home(lab.path)
+    proj = os.path.join(home, "proj")
+    os.makedirs(proj, exist_ok=True)
+    with open(os.path.join(proj, "dp.py"), "w") as f:
+        f.write(DP)
+    os.chown(proj, 1900000, 1900000)
+
+    def submit(*args, cwd):
+        return subprocess.run([sys.executable, "-m", "ctk", "job", "submit", "jax-train", "--deployment", lab.path,
+                               "--set", "partition=debug", *args], capture_output=True, text=True, cwd=cwd,
+                              env={**os.environ, **lab.env}, timeout=300)
+
+    r = submit("--env", "CTK_T=hello", "--ntasks-per-node", "2", "--time", "00:20:00", "--wait", "--",
+               "python3", "dp.py", cwd=proj)
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    jid = r.stdout.strip()
+    out = open(os.path.join(proj, f"jax-train-{jid}.out")).read()
+    ran = sorted(ln for ln in out.splitlines() if ln.startswith("ran "))
+    assert ran == ["ran /home/researcher/proj hello 0 2", "ran /home/researcher/proj hello 1 2"], out
+    assert lab.ctk("job", "logs", jid, "--deployment", lab.path).stdout == out
+    acct = lab.slurm("sacct", "-n", "-X", "-P", "-j", jid, "-o", "Timelimit,WorkDir").stdout.strip()
+    assert acct == "00:20:00|/home/researcher/proj", acct
+
+    r = submit("--", "python3", "dp.py", cwd=str(tmp_path))
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert "the command names dp.py" in r.stderr and f"{lab.path}/lab/home (/home on the nodes)" in r.stderr
+    r = submit("--chdir", "/home/researcher/proj", "--wait", "--", "python3", "dp.py", cwd=str(tmp_path))
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    assert "ran /home/researcher/proj None 0 1" in open(os.path.join(proj, f"jax-train-{r.stdout.strip()}.out")).read()
