@@ -856,6 +856,68 @@ def test_status_lists_the_nodes_an_interrupted_deploy_left_running(lab_build, st
     assert set(os.listdir(os.path.join(path, "lab"))) <= {"home", "root", "slurmctld", "slurmdbd", "identity.json"}
 
 
+def _nodeinits(path):
+    """{node name: number of its nodeinit processes (a node's monitor and PID 1: 2)}."""
+    out = {}
+    for p in os.listdir("/proc"):
+        if not p.isdigit():
+            continue
+        try:
+            argv = open(f"/proc/{p}/cmdline", "rb").read().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if "ctk.sandbox.nodeinit" in argv and argv[-2].startswith(os.path.join(path, "lab", "nodes") + "/"):
+            name = argv[-2].split("/")[-2]
+            out[name] = out.get(name, 0) + 1
+    return out
+
+
+def test_deploys_killed_at_random_moments_each_then_deployed_again_leave_one_node_each(lab_build, state, tmp_path):
+    """`ctk deploy` SIGKILLed (with its process group) at 10 random moments of a deploy, each
+    time followed by a deploy to the end: every such deploy succeeds, with exactly one process
+    tree (monitor and PID 1) per node and accounting up; destroy then leaves no process, mount
+    or network. A node a killed deploy left booting is found (its monitor's pid) and replaced,
+    never booted twice."""
+    import random
+    import signal
+    seed = int(os.environ.get("CTK_KILL_SEED") or time.time())
+    rnd = random.Random(seed)
+    path = str(tmp_path / "killed")
+    lab = Lab(path, state)
+    argv = [sys.executable, "-m", "ctk", "deploy", LAB, "-o", path, "-q", "--max-nodes", "1"]
+    t0 = time.monotonic()
+    r = lab.ctk(*argv[3:], timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    window = time.monotonic() - t0  # how long a deploy that boots every node takes here
+    moments = []
+    for i in range(10):
+        # from a stopped lab (its data kept), so that the killed deploy has every node to boot
+        assert lab.ctk("destroy", path).returncode == 0
+        proc = subprocess.Popen(argv, env={**os.environ, "CTK_STATE_DIR": state}, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, start_new_session=True)
+        moment = round(rnd.uniform(0.2, window), 2)
+        moments.append(moment)
+        time.sleep(moment)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        if i % 3 == 2:  # sometimes the next deploy comes once the nodes the killed one started are up
+            time.sleep(rnd.uniform(0, 2))
+        r = lab.ctk(*argv[3:], timeout=300)
+        assert r.returncode == 0, (seed, moments, r.stderr[-3000:])
+        names = [x["name"] for x in lab.status()[1]["nodes"]]
+        counts = _nodeinits(path)
+        assert counts == {n: 2 for n in names}, (seed, moments, counts)
+        rc, st = lab.status()
+        assert rc == 0 and st["accounting"] == "up", (seed, moments, st)
+    print(f"killed at {moments} s of a {window:.1f} s deploy (CTK_KILL_SEED={seed})")
+    n = json.load(open(os.path.join(path, "lab", "state.json")))["n"]
+    pids = [int(p) for p in lab.node_pids().values()]
+    r = lab.ctk("destroy", "--purge", path)
+    assert r.returncode == 0, r.stderr
+    _nothing_left(lab, n, pids)
+    assert _nodeinits(path) == {}
+
+
 AUTH_SLURM = os.path.join(os.path.dirname(__file__), "blueprints", "auth-slurm-13.yaml")
 LAB_12 = os.path.join(os.path.dirname(__file__), "blueprints", "lab-debian-12.yaml")
 

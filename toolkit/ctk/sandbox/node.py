@@ -76,6 +76,25 @@ def node_pid(state_dir: str) -> int | None:
     return running_pid(_pid_file(state_dir), "ctk.sandbox.nodeinit")
 
 
+def _monitor_pid(state_dir: str) -> int | None:
+    """The pid of the node's monitor (nodeinit on the host) while it runs, booting or not."""
+    pid = running_pid(os.path.join(state_dir, "monitor.pid"), "ctk.sandbox.nodeinit")
+    if pid is None:
+        return None
+    try:  # this node's, not another's that got a recycled pid
+        spec = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")[-2:]
+    except OSError:
+        return None
+    return pid if os.path.join(state_dir, "spec.json").encode() in spec else None
+
+
+def node_alive(state_dir: str) -> int | None:
+    """A host pid of the node's process tree if it exists, up or still booting (PID 1's once it
+    is up, else its monitor's), else None: what decides whether a node must be booted or
+    stopped, where node_pid (up only) decides whether it can be entered."""
+    return node_pid(state_dir) or _monitor_pid(state_dir)
+
+
 def dead_services(state_dir: str) -> list[str]:
     """Services of a running node that have exited (a killed slurmd, a crashed munged)."""
     try:
@@ -89,8 +108,9 @@ def boot(spec: NodeSpec, timeout: float = 30.0) -> int:
     """Start the node in the background and wait until its services have been launched (each
     one that names a ready check once it passed, or its ready_timeout)."""
     timeout += sum(s.ready_timeout for s in spec.services if s.ready)
-    if node_pid(spec.state_dir):
-        raise DaemonError(f"node {spec.hostname} is already running")
+    if node_alive(spec.state_dir):
+        raise DaemonError(f"node {spec.hostname} is already running (or booting)",
+                          hint="stop it first (nodes.stop)")
     for d in (spec.state_dir, spec.logdir):
         os.makedirs(d, exist_ok=True)
     pid_file = _pid_file(spec.state_dir)
@@ -133,9 +153,19 @@ def _tail(path: str, n: int = 20) -> str:
 
 
 def stop(state_dir: str, timeout: float = 15.0) -> bool:
-    """Stop a node (SIGTERM to its PID 1, SIGKILL after `timeout`); True if it was running."""
+    """Stop a node, up or still booting (SIGTERM to its PID 1, or to its monitor, which hands
+    it on; SIGKILL after `timeout`); True if it was running."""
     pid = node_pid(state_dir)
-    return bool(pid) and terminate(pid, timeout)
+    if pid:
+        return terminate(pid, timeout)
+    monitor = _monitor_pid(state_dir)
+    if not monitor:
+        return False
+    terminate(monitor, timeout + 5)
+    pid = node_pid(state_dir)  # it may have become ready meanwhile
+    if pid:
+        terminate(pid, timeout)
+    return True
 
 
 NODE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"

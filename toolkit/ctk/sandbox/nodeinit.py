@@ -399,6 +399,13 @@ def main(path: str) -> int:
     with open(path) as f:
         spec = json.load(f)
     state_dir = os.path.dirname(spec["ready_file"])
+    # From here the node exists: the monitor's pid says so (node.node_alive) until PID 1 reports
+    # ready and its pid is written, so that a deploy killed meanwhile and run again neither
+    # boots a second node nor loses this one. A SIGTERM before PID 1 exists waits (blocked)
+    # until it can be forwarded.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
+    monitor_file = os.path.join(state_dir, "monitor.pid")
+    _write(monitor_file, str(os.getpid()))
     # Services' logs, opened on the host before the pivot; PID 1 hands each to its service.
     logs = {s["name"]: os.open(os.path.join(spec["logdir"], f"{s['name']}.log"),
                                os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o640)
@@ -407,6 +414,7 @@ def main(path: str) -> int:
     rfd, wfd = os.pipe()
     child = os.fork()
     if child == 0:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
         os.close(rfd)
         out = os.fdopen(wfd, "w")
 
@@ -434,6 +442,7 @@ def main(path: str) -> int:
 
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})  # a pending one goes to PID 1 now
     with os.fdopen(rfd) as pipe:
         for line in pipe:
             try:
@@ -444,14 +453,20 @@ def main(path: str) -> int:
                 _write(os.path.join(state_dir, "services.json"), json.dumps(msg["services"]))
             if msg.get("ready"):  # PID 1's pid as the host sees it: ctk signals and enters it
                 _write(spec["ready_file"], str(child))
-    while True:
+    try:
+        while True:
+            try:
+                _, wstatus = os.waitpid(child, 0)
+                return os.waitstatus_to_exitcode(wstatus)
+            except ChildProcessError:
+                return 0
+            except InterruptedError:
+                continue
+    finally:
         try:
-            _, wstatus = os.waitpid(child, 0)
-            return os.waitstatus_to_exitcode(wstatus)
-        except ChildProcessError:
-            return 0
-        except InterruptedError:
-            continue
+            os.unlink(monitor_file)
+        except OSError:
+            pass
 
 
 if __name__ == "__main__":

@@ -156,7 +156,8 @@ class Agent:
         return self.nodes[name]["spec"]["state_dir"]
 
     def running(self, name: str) -> bool:
-        return nodes.node_pid(self.state_dir(name)) is not None
+        """Up or booting (an agent killed while it booted the node left it booting)."""
+        return nodes.node_alive(self.state_dir(name)) is not None
 
     def _boot(self, name: str, why: str, not_before: float = 0.0) -> None:
         x = self.nodes[name]

@@ -739,7 +739,7 @@ def deploy_local(dep: Deployment, deployment_dir: str, *, max_nodes: int = DEFAU
     n = leases.lease(deployment_dir)
     old = load_state(deployment_dir) or {}
     running = {x["name"] for x in old.get("nodes", [])
-               if nodes.node_pid(os.path.join(ldir, "nodes", x["name"])) is not None}
+               if nodes.node_alive(os.path.join(ldir, "nodes", x["name"])) is not None}
     try:
         plan = plan_lab(dep, n, max_nodes)
         mem_notes = check_memory(plan, running)
@@ -766,6 +766,7 @@ def deploy_local(dep: Deployment, deployment_dir: str, *, max_nodes: int = DEFAU
         layers[img.name] = rec["layers"]
 
     started_now: list[str] = []
+    to_boot: list[tuple[LabNode, nodes.NodeSpec]] = []
     try:
         check_accounts(plan, {name: store.lowerdirs(keys) for name, keys in layers.items()})
         for d in ("home", "root", "slurmctld", "slurmdbd", "gpus", "nodes", "power/requests"):
@@ -825,12 +826,11 @@ def deploy_local(dep: Deployment, deployment_dir: str, *, max_nodes: int = DEFAU
         # Slurm 22.05 adds or moves nodes only on a restart of its daemons; a change of
         # partitions or limits needs no more than `scontrol reconfigure`.
         order = sorted(plan.nodes, key=lambda x: {"controller": 0, "compute": 1, "login": 2}[x.role])
-        to_boot: list[tuple[LabNode, nodes.NodeSpec]] = []
         for x in order:
             spec = specs[x.name] = node_spec(plan, x, ldir, store.lowerdirs(layers[x.image]))
             h = spec_hash(spec, files)
-            running_now = nodes.node_pid(spec.state_dir) is not None
-            healthy = running_now and not nodes.dead_services(spec.state_dir)
+            running_now = nodes.node_alive(spec.state_dir) is not None  # up, or booting (a killed deploy's)
+            healthy = nodes.node_pid(spec.state_dir) is not None and not nodes.dead_services(spec.state_dir)
             prev = old_nodes.get(x.name, {})
             if healthy and prev.get("hash") == h and not (node_set_changed and x.role != "login"):
                 kept.append(x.name)
@@ -865,8 +865,9 @@ def deploy_local(dep: Deployment, deployment_dir: str, *, max_nodes: int = DEFAU
         if acct:
             _wait_accounting(deployment_dir, plan, ready_timeout, progress)
     except BaseException:
-        # Stop what this run started; what was already running before stays as it was.
-        for sd in started_now:
+        # Stop what this run started or was starting (a node still booting in a pool thread);
+        # what was already running before stays as it was.
+        for sd in started_now + [spec.state_dir for _, spec in to_boot]:
             nodes.stop(sd)
         if not old:  # nothing of this lab ran before: give back its network and its lease too
             stop_agent(deployment_dir)
