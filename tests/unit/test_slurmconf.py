@@ -588,3 +588,9 @@ def test_fair_share_and_qos_weigh_only_with_an_accounting_database():
     with_db = render_slurm_conf(a3mega(), layout=layout(slurmdbd_addr="127.0.0.1", slurmdbd_port=7819))
     assert line_with(with_db, "PriorityWeightFairshare=") == "PriorityWeightFairshare=10000"
     assert line_with(with_db, "PriorityWeightQOS=") == "PriorityWeightQOS=10000"
+
+
+def test_a_layout_may_start_the_next_batch_jobs_at_once():
+    assert line_with(render_slurm_conf(a3mega(), layout=layout(batch_sched_delay=0)), "SchedulerParameters=") == \
+        "SchedulerParameters=bf_continue,salloc_wait_nodes,batch_sched_delay=0"
+    assert "batch_sched_delay" not in render_slurm_conf(a3mega(), layout=layout())

@@ -119,6 +119,11 @@ class NodeLayout:
     # PrologSlurmctld that returns once the job's nodes answer (starts jobs on powered-up nodes
     # at once rather than on slurmctld's 30-second round).
     nodes_ready_program: str | None = None
+    # SchedulerParameters' batch_sched_delay (seconds): how long slurmctld may put off starting
+    # pending batch jobs after an event that frees resources (a job's end). Slurm's default of 3
+    # spares a big cluster a scheduling pass per finished job; on a few small nodes, full of short
+    # jobs, it is the wait between one wave of jobs and the next. None: Slurm's default.
+    batch_sched_delay: int | None = None
 
 
 # --------------------------------------------------------------------------- helpers
@@ -387,7 +392,7 @@ def _base_params(dep: Deployment, layout: NodeLayout | None, has_gpus: bool) -> 
                        ("HealthCheckNodeState", "ANY")]
     scheduling += [
         ("SchedulerType", "sched/backfill"),
-        ("SchedulerParameters", ",".join(SCHEDULER_PARAMETERS)),
+        ("SchedulerParameters", ",".join(_scheduler_parameters(layout))),
         *_priority(layout),
         ("ReturnToService", "2"),
         *_accounting(layout),
@@ -466,6 +471,13 @@ JOB_ACCT_GATHER_FREQUENCY = 30
 SCHEDULER_PARAMETERS = ("bf_continue", "salloc_wait_nodes")
 # Smallest DefMemPerCPU (MB) a partition gets, as in slurm-gcp.
 MIN_MEM_PER_CPU = 100
+
+
+def _scheduler_parameters(layout: NodeLayout | None) -> list[str]:
+    out = list(SCHEDULER_PARAMETERS)
+    if layout is not None and layout.batch_sched_delay is not None:
+        out.append(f"batch_sched_delay={layout.batch_sched_delay}")
+    return out
 
 
 def _job_accounting(proctrack: str) -> Params:
