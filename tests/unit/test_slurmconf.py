@@ -111,10 +111,14 @@ GresTypes=gpu
 SchedulerType=sched/backfill
 SchedulerParameters=bf_continue,salloc_wait_nodes
 PriorityType=priority/multifactor
+PriorityWeightFairshare=10000
+PriorityWeightQOS=10000
 PriorityWeightPartition=1000
 PriorityWeightAge=100
 PriorityWeightJobSize=0
 ReturnToService=2
+AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=a3mega-controller
 
 # Timeouts (seconds)
 SlurmctldTimeout=120
@@ -575,19 +579,25 @@ def test_job_accounting_gatherer_follows_process_tracking():
     prod = render_slurm_conf(a3mega())
     assert line_with(prod, "ProctrackType=") == "ProctrackType=proctrack/cgroup"
     assert line_with(prod, "JobAcctGatherType=") == "JobAcctGatherType=jobacct_gather/cgroup"
-    local = render_slurm_conf(a3mega(), layout=layout())
+    local = render_slurm_conf(a3mega(), layout=layout(slurmdbd_addr="127.0.0.1", slurmdbd_port=7819))
     assert line_with(local, "ProctrackType=") == "ProctrackType=proctrack/linuxproc"
     assert line_with(local, "JobAcctGatherType=") == "JobAcctGatherType=jobacct_gather/linux"
     assert line_with(local, "JobAcctGatherFrequency=") == "JobAcctGatherFrequency=30"
 
 
-def test_fair_share_and_qos_weigh_only_with_an_accounting_database():
-    without = render_slurm_conf(a3mega(), layout=layout())
-    assert line_with(without, "PriorityType=") == "PriorityType=priority/multifactor"
-    assert "PriorityWeightFairshare" not in without and "PriorityWeightQOS" not in without
+def test_samples_and_priority_need_the_accounting_database():
+    # slurmctld calls gathering without storage an error, and ignores PriorityWeightAge without slurmdbd
+    for text in (render_slurm_conf(a3mega(), layout=layout()),
+                 render_slurm_conf(_no_accounting(a3mega()))):
+        assert "JobAcctGather" not in text and "Priority" not in text and "AccountingStorage" not in text
     with_db = render_slurm_conf(a3mega(), layout=layout(slurmdbd_addr="127.0.0.1", slurmdbd_port=7819))
+    assert line_with(with_db, "PriorityType=") == "PriorityType=priority/multifactor"
     assert line_with(with_db, "PriorityWeightFairshare=") == "PriorityWeightFairshare=10000"
-    assert line_with(with_db, "PriorityWeightQOS=") == "PriorityWeightQOS=10000"
+
+
+def _no_accounting(dep: Deployment) -> Deployment:
+    dep.controller.accounting = False
+    return dep
 
 
 def test_a_layout_may_start_the_next_batch_jobs_at_once():

@@ -380,7 +380,7 @@ def _base_params(dep: Deployment, layout: NodeLayout | None, has_gpus: bool) -> 
         *([("TaskPlugin", task)] if task else []),
         ("SelectType", "select/cons_tres"),
         ("SelectTypeParameters", "CR_Core_Memory"),
-        *_job_accounting(proctrack),
+        *_job_accounting(dep, layout, proctrack),
     ]
     if has_gpus:
         scheduling.append(("GresTypes", "gpu"))
@@ -393,9 +393,9 @@ def _base_params(dep: Deployment, layout: NodeLayout | None, has_gpus: bool) -> 
     scheduling += [
         ("SchedulerType", "sched/backfill"),
         ("SchedulerParameters", ",".join(_scheduler_parameters(layout))),
-        *_priority(layout),
+        *_priority(dep, layout),
         ("ReturnToService", "2"),
-        *_accounting(layout),
+        *_accounting(dep, layout),
         *([("JobCompType", "jobcomp/filetxt"), ("JobCompLoc", layout.job_comp_loc)]
           if layout is not None and layout.job_comp_loc else []),
         *slurmd_params,
@@ -480,30 +480,46 @@ def _scheduler_parameters(layout: NodeLayout | None) -> list[str]:
     return out
 
 
-def _job_accounting(proctrack: str) -> Params:
+def _stores_accounting(dep: Deployment, layout: NodeLayout | None) -> bool:
+    if layout is None:
+        return dep.controller is not None and dep.controller.accounting
+    return bool(layout.slurmdbd_addr)
+
+
+def _job_accounting(dep: Deployment, layout: NodeLayout | None, proctrack: str) -> Params:
     """How slurmd samples what a job uses (sstat; sacct's MaxRSS, AveCPU, TotalCPU). The cgroup
     gatherer reads the job's cgroup, so it goes with proctrack/cgroup; without cgroups (the local
-    target) the linux gatherer reads /proc of the processes proctrack/linuxproc tracks."""
+    target) the linux gatherer reads /proc of the processes proctrack/linuxproc tracks. Only
+    where the samples are stored: slurmctld calls gathering without storage an error."""
+    if not _stores_accounting(dep, layout):
+        return []
     gather = "jobacct_gather/cgroup" if proctrack == "proctrack/cgroup" else "jobacct_gather/linux"
     return [("JobAcctGatherType", gather), ("JobAcctGatherFrequency", str(JOB_ACCT_GATHER_FREQUENCY))]
 
 
-def _priority(layout: NodeLayout | None) -> Params:
+def _priority(dep: Deployment, layout: NodeLayout | None) -> Params:
     """Multifactor priority, set explicitly: it is 24.11's default but not 22.05's (basic, FIFO).
-    Fair share and QOS live in the accounting database, so they weigh only where there is one;
-    they outweigh the partition's PriorityJobFactor, which outweighs the time a job has waited
-    (the tie-break that keeps equal jobs first come, first served). Job size weighs nothing:
-    favouring big or small jobs is a site's choice, made with controller slurm_conf."""
-    weights: Params = []
-    if layout is not None and layout.slurmdbd_addr:
-        weights += [("PriorityWeightFairshare", "10000"), ("PriorityWeightQOS", "10000")]
-    weights += [("PriorityWeightPartition", "1000"), ("PriorityWeightAge", "100"),
-                ("PriorityWeightJobSize", "0")]
-    return [("PriorityType", "priority/multifactor"), *weights]
+    It needs the accounting database (slurmctld ignores even the age weight without one), so a
+    cluster without one keeps its release's default. Fair share and QOS outweigh the partition's
+    PriorityJobFactor, which outweighs the time a job has waited (the tie-break that keeps equal
+    jobs first come, first served). Job size weighs nothing: favouring big or small jobs is a
+    site's choice, made with controller slurm_conf."""
+    if not _stores_accounting(dep, layout):
+        return []
+    return [("PriorityType", "priority/multifactor"), ("PriorityWeightFairshare", "10000"),
+            ("PriorityWeightQOS", "10000"), ("PriorityWeightPartition", "1000"), ("PriorityWeightAge", "100"),
+            ("PriorityWeightJobSize", "0")]
 
 
-def _accounting(layout: NodeLayout | None) -> Params:
-    if layout is None or not layout.slurmdbd_addr:
+def _accounting(dep: Deployment, layout: NodeLayout | None) -> Params:
+    """Where slurmctld stores accounting: a layout's slurmdbd, or in production the controller's
+    (slurm-gcp's layout, on slurmdbd's default port) unless the blueprint turns accounting off."""
+    if layout is None:
+        if not _stores_accounting(dep, layout):
+            return []
+        return [("AccountingStorageType", "accounting_storage/slurmdbd"),
+                ("AccountingStorageHost", dep.controller.hostname)]
+    if not layout.slurmdbd_addr:
         return []  # no accounting (accounting_storage/none, 22.05's default, is gone in 24.11)
     out: Params = [("AccountingStorageType", "accounting_storage/slurmdbd"),
                    ("AccountingStorageHost", layout.slurmdbd_addr)]
