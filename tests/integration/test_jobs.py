@@ -388,3 +388,67 @@ def test_a_job_runs_in_the_folder_it_is_submitted_from_with_its_options(lab, tmp
     r = submit("--chdir", "/home/researcher/proj", "--wait", "--", "python3", "dp.py", cwd=str(tmp_path))
     assert r.returncode == 0, (r.stdout, r.stderr)
     assert "ran /home/researcher/proj None 0 1" in open(os.path.join(proj, f"jax-train-{r.stdout.strip()}.out")).read()
+
+
+# ---- what a job used: sstat while it runs, sacct and ctk job efficiency once it ends ---------
+
+# 300 MiB held and 3 s of CPU burnt, then the job says it is running and waits for the test.
+HOG = ("import os, time\nb = bytearray(300 << 20)\nend = time.time() + 3\nwhile time.time() < end: pass\n"
+       "open('{tag}.running', 'w').close()\nwhile not os.path.exists('{tag}.stop'): time.sleep(0.1)\n")
+MIB = 1 << 20
+
+
+def _wait_for(path, what, timeout=120):
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        assert time.monotonic() < deadline, f"{what}: no {path}"
+        time.sleep(0.2)
+
+
+def _mib(text):
+    from ctk.jobs.efficiency import mem_bytes
+    return (mem_bytes(text) or 0) / MIB
+
+
+def test_sstat_sacct_and_efficiency_report_what_a_job_used(lab, tmp_path):
+    from ctk.jobs.efficiency import cpu_seconds
+    root = os.path.join(lab.path, "lab", "root")  # the nodes' /root, where lab.slurm runs
+    tag = f"hog-{tmp_path.name}"
+    job = lab.slurm("sbatch", "--parsable", "--partition=debug", "--output=/dev/null",
+                    "--wrap", f"python3 -c \"{HOG.format(tag=tag)}\"").stdout.strip()
+    _wait_for(os.path.join(root, f"{tag}.running"), f"job {job}")
+    node = lab.slurm("squeue", "-h", "-j", job, "-o", "%N").stdout.strip()
+
+    # while it runs: sstat asks the node for the job's samples (JobAcctGatherType=jobacct_gather/linux)
+    rows = [ln.split("|") for ln in lab.slurm("sstat", "-n", "-P", "-a", "-j", job, "-o",
+                                              "JobID,MaxRSS,AveCPU,NTasks").stdout.splitlines()]
+    batch = next(r for r in rows if r[0] == f"{job}.batch")
+    assert _mib(batch[1]) >= 300 and cpu_seconds(batch[2]) >= 2 and batch[3] == "1", rows
+
+    # a job that names no memory gets a CPU's share (DefMemPerCPU), not the whole node: a second
+    # job starts on the same 2-CPU node while the first still runs
+    lab.slurm("sbatch", f"--nodelist={node}", "--partition=debug", "--output=/dev/null",
+              "--wrap", f"touch {tag}.second")
+    _wait_for(os.path.join(root, f"{tag}.second"), "the second job on " + node)
+    assert not os.path.exists(os.path.join(root, f"{tag}.stop"))
+
+    open(os.path.join(root, f"{tag}.stop"), "w").close()
+    deadline = time.monotonic() + 120
+    while True:  # slurmdbd records the job's end a moment after it
+        out = lab.slurm("sacct", "-n", "-P", "-j", job, "-o", "JobID,State,TotalCPU,MaxRSS").stdout
+        rows = {r[0]: r[1:] for r in (ln.split("|") for ln in out.splitlines())}
+        if rows.get(job, [""])[0] == "COMPLETED" and rows.get(f"{job}.batch", ["", "", ""])[2]:
+            break
+        assert time.monotonic() < deadline, out
+        time.sleep(0.5)
+    assert _mib(rows[f"{job}.batch"][2]) >= 300 and cpu_seconds(rows[job][1]) >= 3, rows
+
+    r = lab.ctk("job", "efficiency", job, "--deployment", lab.path, "--json")
+    assert r.returncode == 0, r.stderr
+    [eff] = json.loads(r.stdout)
+    assert (eff["job"], eff["state"], eff["cpus"], eff["nodes"]) == (job, "COMPLETED", 1, 1)
+    assert eff["mem_bytes"] == 4096 * MIB  # the debug nodes' 8192 MB / 2 CPUs
+    assert eff["max_rss_bytes"] >= 300 * MIB and eff["cpu_s"] >= 3
+    assert 0 < eff["cpu_efficiency"] <= 1 and 0.07 < eff["mem_efficiency"] < 1
+    text = lab.ctk("job", "efficiency", job, "--deployment", lab.path).stdout
+    assert text.startswith(f"Job {job} (wrap): COMPLETED, exit code 0:0\n") and "Memory efficiency: " in text

@@ -194,12 +194,14 @@ def test_partition_settings(cluster):
         assert shown["partitions"][0]["timeouts"]["resume"] == {"set": True, "infinite": False, "number": 900}
     assert a3["TotalNodes"] == str(GPU_NODES)
     assert a3["TotalCPUs"] == str(208 * GPU_NODES)
+    assert a3["DefMemPerCPU"] == str(1916928 // 208)  # a job that names no memory: a CPU's share
 
     debug = cluster.show("partition", "debug")
     assert debug["Nodes"] == f"debug-[0-{DEBUG_NODES - 1}]"
     assert debug["Default"] == "NO"
     assert debug["OverSubscribe"] == "NO"
     assert debug["MaxTime"] == "2-00:00:00"
+    assert debug["DefMemPerCPU"] == str(7552 // 2)
 
     spare = cluster.show("partition", "spare")
     assert spare["State"] == "INACTIVE"
@@ -238,6 +240,7 @@ def test_global_settings(cluster):
     assert config["ProctrackType"] == "proctrack/linuxproc"
     assert config["SchedulerType"] == "sched/backfill"
     assert config["ReturnToService"] == "2"
+    assert config["SchedulerParameters"] == "bf_continue,salloc_wait_nodes"
     assert config["PrologFlags"] == "Alloc"  # from controller.slurm_conf
     assert config["SlurmctldTimeout"] == "300 sec"  # overridden by controller.slurm_conf
 

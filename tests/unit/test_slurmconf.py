@@ -105,9 +105,20 @@ ProctrackType=proctrack/cgroup
 TaskPlugin=task/cgroup,task/affinity
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
+JobAcctGatherType=jobacct_gather/cgroup
+JobAcctGatherFrequency=30
 GresTypes=gpu
 SchedulerType=sched/backfill
+SchedulerParameters=bf_continue,salloc_wait_nodes
+PriorityType=priority/multifactor
+PriorityWeightFairshare=10000
+PriorityWeightQOS=10000
+PriorityWeightPartition=1000
+PriorityWeightAge=100
+PriorityWeightJobSize=0
 ReturnToService=2
+AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=a3mega-controller
 
 # Timeouts (seconds)
 SlurmctldTimeout=120
@@ -135,8 +146,8 @@ NodeName=a3mega-[0-127] CPUs=208 Sockets=2 CoresPerSocket=52 ThreadsPerCore=2 Re
 NodeName=debug-[0-3] CPUs=2 RealMemory=7552 State=UNKNOWN
 
 # Partitions
-PartitionName=a3mega Nodes=a3mega-[0-127] Default=YES MaxTime=UNLIMITED OverSubscribe=EXCLUSIVE State=UP
-PartitionName=debug Nodes=debug-[0-3] Default=NO MaxTime=UNLIMITED OverSubscribe=NO State=UP
+PartitionName=a3mega Nodes=a3mega-[0-127] Default=YES MaxTime=UNLIMITED OverSubscribe=EXCLUSIVE State=UP DefMemPerCPU=9216
+PartitionName=debug Nodes=debug-[0-3] Default=NO MaxTime=UNLIMITED OverSubscribe=NO State=UP DefMemPerCPU=3776
 """
 
 
@@ -341,10 +352,12 @@ def part_line(dep: Deployment, name: str) -> str:
 def test_partition_lines_exact():
     dep = a3mega()
     assert part_line(dep, "a3mega") == (
-        "PartitionName=a3mega Nodes=a3mega-[0-127] Default=YES MaxTime=UNLIMITED OverSubscribe=EXCLUSIVE State=UP"
+        "PartitionName=a3mega Nodes=a3mega-[0-127] Default=YES MaxTime=UNLIMITED OverSubscribe=EXCLUSIVE State=UP "
+        "DefMemPerCPU=9216"
     )
     assert part_line(dep, "debug") == (
-        "PartitionName=debug Nodes=debug-[0-3] Default=NO MaxTime=UNLIMITED OverSubscribe=NO State=UP"
+        "PartitionName=debug Nodes=debug-[0-3] Default=NO MaxTime=UNLIMITED OverSubscribe=NO State=UP "
+        "DefMemPerCPU=3776"
     )
 
 
@@ -373,7 +386,7 @@ def test_partition_conf_extras_and_max_time():
     p.conf = {"ResumeTimeout": 900, "SuspendTimeout": 600, "OverSubscribe": "EXCLUSIVE", "State": "DOWN"}
     assert part_line(dep, "a3mega") == (
         "PartitionName=a3mega Nodes=a3mega-[0-127] Default=YES MaxTime=2-00:00:00 "
-        "OverSubscribe=EXCLUSIVE State=DOWN ResumeTimeout=900 SuspendTimeout=600"
+        "OverSubscribe=EXCLUSIVE State=DOWN DefMemPerCPU=9216 ResumeTimeout=900 SuspendTimeout=600"
     )
 
 
@@ -383,7 +396,8 @@ def test_partition_over_several_nodesets_skips_empty_ones():
         Partition(name="all", module_id="all", nodesets=["debugnodeset", "a3meganodeset"], exclusive=False)
     )
     assert part_line(dep, "all") == (
-        "PartitionName=all Nodes=a3mega-[0-127] Default=NO MaxTime=UNLIMITED OverSubscribe=NO State=UP"
+        "PartitionName=all Nodes=a3mega-[0-127] Default=NO MaxTime=UNLIMITED OverSubscribe=NO State=UP "
+        "DefMemPerCPU=9216"
     )
 
 
@@ -533,3 +547,60 @@ def test_cgroup_conf():
         "ConstrainRAMSpace=no",
         "ConstrainDevices=no",
     ]
+
+
+# ------------------------------------------------- defaults an admin sets (issue 23 item 8)
+
+
+def test_jobs_that_name_no_memory_get_a_cpus_share_of_the_smallest_node():
+    dep = a3mega(n_debug=2)
+    dep.partitions.append(Partition(name="all", module_id="all", nodesets=["a3meganodeset", "debugnodeset"],
+                                    exclusive=False))
+    assert "DefMemPerCPU=3776" in part_line(dep, "all").split()  # debug's 7552 MB / 2 CPUs < a3mega's 9216
+    dep.nodesets[0].node_conf["MemSpecLimit"] = 16384  # memory slurmd keeps for the system
+    assert "DefMemPerCPU=9137" in part_line(dep, "a3mega").split()
+    dep.nodesets[1].memory_mb = 150  # never less than 100 MB a CPU
+    assert "DefMemPerCPU=100" in part_line(dep, "debug").split()
+
+
+@pytest.mark.parametrize("where, key", [("partition", "DefMemPerNode"), ("partition", "defmempergpu"),
+                                        ("controller", "DefMemPerCPU"), ("controller", "DefMemPerNode")])
+def test_a_memory_default_of_the_blueprint_replaces_ctks(where, key):
+    dep = a3mega()
+    if where == "partition":
+        dep.partitions[0].conf = {key: 4000}
+    else:
+        dep.controller.slurm_conf = {key: 4000}
+    assert "DefMemPerCPU=9216" not in render_slurm_conf(dep)
+    assert f"{key}=4000" in render_slurm_conf(dep).split()
+
+
+def test_job_accounting_gatherer_follows_process_tracking():
+    prod = render_slurm_conf(a3mega())
+    assert line_with(prod, "ProctrackType=") == "ProctrackType=proctrack/cgroup"
+    assert line_with(prod, "JobAcctGatherType=") == "JobAcctGatherType=jobacct_gather/cgroup"
+    local = render_slurm_conf(a3mega(), layout=layout(slurmdbd_addr="127.0.0.1", slurmdbd_port=7819))
+    assert line_with(local, "ProctrackType=") == "ProctrackType=proctrack/linuxproc"
+    assert line_with(local, "JobAcctGatherType=") == "JobAcctGatherType=jobacct_gather/linux"
+    assert line_with(local, "JobAcctGatherFrequency=") == "JobAcctGatherFrequency=30"
+
+
+def test_samples_and_priority_need_the_accounting_database():
+    # slurmctld calls gathering without storage an error, and ignores PriorityWeightAge without slurmdbd
+    for text in (render_slurm_conf(a3mega(), layout=layout()),
+                 render_slurm_conf(_no_accounting(a3mega()))):
+        assert "JobAcctGather" not in text and "Priority" not in text and "AccountingStorage" not in text
+    with_db = render_slurm_conf(a3mega(), layout=layout(slurmdbd_addr="127.0.0.1", slurmdbd_port=7819))
+    assert line_with(with_db, "PriorityType=") == "PriorityType=priority/multifactor"
+    assert line_with(with_db, "PriorityWeightFairshare=") == "PriorityWeightFairshare=10000"
+
+
+def _no_accounting(dep: Deployment) -> Deployment:
+    dep.controller.accounting = False
+    return dep
+
+
+def test_a_layout_may_start_the_next_batch_jobs_at_once():
+    assert line_with(render_slurm_conf(a3mega(), layout=layout(batch_sched_delay=0)), "SchedulerParameters=") == \
+        "SchedulerParameters=bf_continue,salloc_wait_nodes,batch_sched_delay=0"
+    assert "batch_sched_delay" not in render_slurm_conf(a3mega(), layout=layout())

@@ -130,6 +130,14 @@ def add_parsers(sub) -> None:
     cluster_args(p)
     p.add_argument("--json", action="store_true", help="the registry's records as JSON")
     p.set_defaults(run=list_)
+    p = jsub.add_parser("efficiency", help="how well a finished job used its CPUs and memory (as seff does)",
+                        description="CPU time against the CPUs the job held for its run, and its largest "
+                        "task's memory against the memory it held, from one sacct call (the cluster "
+                        "keeps accounting). An array job gets a report for each task.")
+    p.add_argument("id", metavar="ID", help="job id, or ID_TASK for one task of an array job")
+    cluster_args(p)
+    p.add_argument("--json", action="store_true", help="the figures as JSON")
+    p.set_defaults(run=efficiency)
 
 
 
@@ -234,4 +242,20 @@ def list_(args) -> int:
     from ..jobs import commands as jobcli
 
     sys.stdout.write(jobcli.list_text(_ref(args), args.json))
+    return 0
+
+
+def efficiency(args) -> int:
+    from ..jobs import commands as jobcli
+    from ..jobs.efficiency import efficiency as job_efficiency, report
+
+    cluster = jobcli.cluster_of(_ref(args))
+    try:
+        found = job_efficiency(cluster, args.id)
+    finally:
+        cluster.close()
+    if args.json:
+        print(json.dumps([e.to_dict() for e in found], indent=2))
+    else:
+        sys.stdout.write("".join(report(e) for e in found))
     return 0

@@ -36,6 +36,7 @@ __all__ = [
     "render_cgroup_conf",
     "render_slurmdbd_conf",
     "partition_nodes",
+    "def_mem_per_cpu",
 ]
 
 # Production paths (as the Debian slurmctld/slurmd packages lay them out).
@@ -118,6 +119,11 @@ class NodeLayout:
     # PrologSlurmctld that returns once the job's nodes answer (starts jobs on powered-up nodes
     # at once rather than on slurmctld's 30-second round).
     nodes_ready_program: str | None = None
+    # SchedulerParameters' batch_sched_delay (seconds): how long slurmctld may put off starting
+    # pending batch jobs after an event that frees resources (a job's end). Slurm's default of 3
+    # spares a big cluster a scheduling pass per finished job; on a few small nodes, full of short
+    # jobs, it is the wait between one wave of jobs and the next. None: Slurm's default.
+    batch_sched_delay: int | None = None
 
 
 # --------------------------------------------------------------------------- helpers
@@ -374,6 +380,7 @@ def _base_params(dep: Deployment, layout: NodeLayout | None, has_gpus: bool) -> 
         *([("TaskPlugin", task)] if task else []),
         ("SelectType", "select/cons_tres"),
         ("SelectTypeParameters", "CR_Core_Memory"),
+        *_job_accounting(dep, layout, proctrack),
     ]
     if has_gpus:
         scheduling.append(("GresTypes", "gpu"))
@@ -385,8 +392,10 @@ def _base_params(dep: Deployment, layout: NodeLayout | None, has_gpus: bool) -> 
                        ("HealthCheckNodeState", "ANY")]
     scheduling += [
         ("SchedulerType", "sched/backfill"),
+        ("SchedulerParameters", ",".join(_scheduler_parameters(layout))),
+        *_priority(dep, layout),
         ("ReturnToService", "2"),
-        *_accounting(layout),
+        *_accounting(dep, layout),
         *([("JobCompType", "jobcomp/filetxt"), ("JobCompLoc", layout.job_comp_loc)]
           if layout is not None and layout.job_comp_loc else []),
         *slurmd_params,
@@ -453,8 +462,64 @@ def _power_saving(dep: Deployment, layout: NodeLayout | None) -> Params:
     return out
 
 
-def _accounting(layout: NodeLayout | None) -> Params:
-    if layout is None or not layout.slurmdbd_addr:
+# Seconds between two samples of a running task's CPU time and memory (sstat reads the last
+# sample; sacct's MaxRSS is the largest one), as slurm-gcp samples them.
+JOB_ACCT_GATHER_FREQUENCY = 30
+# bf_continue: the backfill scheduler goes on through the queue after it releases its locks
+# (else a long queue starves its tail); salloc_wait_nodes: salloc returns once every node of the
+# allocation is up (cloud nodes boot after the allocation). Both are slurm-gcp's defaults.
+SCHEDULER_PARAMETERS = ("bf_continue", "salloc_wait_nodes")
+# Smallest DefMemPerCPU (MB) a partition gets, as in slurm-gcp.
+MIN_MEM_PER_CPU = 100
+
+
+def _scheduler_parameters(layout: NodeLayout | None) -> list[str]:
+    out = list(SCHEDULER_PARAMETERS)
+    if layout is not None and layout.batch_sched_delay is not None:
+        out.append(f"batch_sched_delay={layout.batch_sched_delay}")
+    return out
+
+
+def _stores_accounting(dep: Deployment, layout: NodeLayout | None) -> bool:
+    if layout is None:
+        return dep.controller is not None and dep.controller.accounting
+    return bool(layout.slurmdbd_addr)
+
+
+def _job_accounting(dep: Deployment, layout: NodeLayout | None, proctrack: str) -> Params:
+    """How slurmd samples what a job uses (sstat; sacct's MaxRSS, AveCPU, TotalCPU). The cgroup
+    gatherer reads the job's cgroup, so it goes with proctrack/cgroup; without cgroups (the local
+    target) the linux gatherer reads /proc of the processes proctrack/linuxproc tracks. Only
+    where the samples are stored: slurmctld calls gathering without storage an error."""
+    if not _stores_accounting(dep, layout):
+        return []
+    gather = "jobacct_gather/cgroup" if proctrack == "proctrack/cgroup" else "jobacct_gather/linux"
+    return [("JobAcctGatherType", gather), ("JobAcctGatherFrequency", str(JOB_ACCT_GATHER_FREQUENCY))]
+
+
+def _priority(dep: Deployment, layout: NodeLayout | None) -> Params:
+    """Multifactor priority, set explicitly: it is 24.11's default but not 22.05's (basic, FIFO).
+    It needs the accounting database (slurmctld ignores even the age weight without one), so a
+    cluster without one keeps its release's default. Fair share and QOS outweigh the partition's
+    PriorityJobFactor, which outweighs the time a job has waited (the tie-break that keeps equal
+    jobs first come, first served). Job size weighs nothing: favouring big or small jobs is a
+    site's choice, made with controller slurm_conf."""
+    if not _stores_accounting(dep, layout):
+        return []
+    return [("PriorityType", "priority/multifactor"), ("PriorityWeightFairshare", "10000"),
+            ("PriorityWeightQOS", "10000"), ("PriorityWeightPartition", "1000"), ("PriorityWeightAge", "100"),
+            ("PriorityWeightJobSize", "0")]
+
+
+def _accounting(dep: Deployment, layout: NodeLayout | None) -> Params:
+    """Where slurmctld stores accounting: a layout's slurmdbd, or in production the controller's
+    (slurm-gcp's layout, on slurmdbd's default port) unless the blueprint turns accounting off."""
+    if layout is None:
+        if not _stores_accounting(dep, layout):
+            return []
+        return [("AccountingStorageType", "accounting_storage/slurmdbd"),
+                ("AccountingStorageHost", dep.controller.hostname)]
+    if not layout.slurmdbd_addr:
         return []  # no accounting (accounting_storage/none, 22.05's default, is gone in 24.11)
     out: Params = [("AccountingStorageType", "accounting_storage/slurmdbd"),
                    ("AccountingStorageHost", layout.slurmdbd_addr)]
@@ -530,6 +595,29 @@ def _node_lines(live: list[Nodeset], layout: NodeLayout | None) -> list[str]:
     return lines
 
 
+_MEM_DEFAULTS = ("defmempercpu", "defmempernode", "defmempergpu")
+
+
+def def_mem_per_cpu(dep: Deployment, p: Partition) -> int | None:
+    """The memory (MB) a job in partition P gets per allocated CPU when it asks for none: the
+    smallest share of a node's memory per CPU over the partition's nodesets (less a nodeset's
+    MemSpecLimit), at least MIN_MEM_PER_CPU. Without it, under CR_Core_Memory, a job that names
+    no memory is given a whole node's. None: the partition has no nodes, or the blueprint sets a
+    memory default of its own (Slurm takes one of DefMemPerCPU, DefMemPerNode, DefMemPerGPU)."""
+    extra = dep.controller.slurm_conf if dep.controller is not None else {}
+    if any(k.lower() in _MEM_DEFAULTS for k in [*extra, *p.conf]):
+        return None
+    shares = []
+    for name in p.nodesets:
+        ns = dep.nodeset(name)
+        if ns.node_count == 0:
+            continue
+        cpus, _ = _topology(ns)
+        reserved = int(_get(ns.node_conf, "MemSpecLimit") or 0)
+        shares.append(max(MIN_MEM_PER_CPU, (ns.memory_mb - reserved) // max(cpus, 1)))
+    return min(shares) if shares else None
+
+
 def _partition_lines(dep: Deployment, cloud: set[str] | None = None) -> list[str]:
     lines: list[str] = []
     seen: set[str] = set()
@@ -553,6 +641,9 @@ def _partition_lines(dep: Deployment, cloud: set[str] | None = None) -> list[str
             ("OverSubscribe", oversub),
             ("State", "UP" if nodes else "INACTIVE"),
         ]
+        mem = def_mem_per_cpu(dep, p) if nodes else None
+        if mem is not None:
+            params.append(("DefMemPerCPU", str(mem)))
         if cloud and any(n in cloud for n in nodes):
             params.append(("SuspendTime", str(p.suspend_time) if p.suspend_time >= 0 else "INFINITE"))
         if not nodes:
