@@ -591,57 +591,60 @@ def test_destroy_keeps_users_data_for_the_next_deploy_and_purge_deletes_it(lab_b
     running or not; with -w it replaces the lab, the data kept; --purge deletes it all."""
     lab = deploy(tmp_path_factory, state, "gone", LAB)
     ldir = os.path.join(lab.path, "lab")
-    n = json.load(open(os.path.join(ldir, "state.json")))["n"]
-    assert os.path.exists(f"/sys/class/net/ctkbr{n}") and any(x.startswith(f"ctk-{n}-") for x in os.listdir("/run/netns"))
-    as_user = ("exec", "--user", "researcher", lab.path, "lab-login-0", "--")
-    r = lab.ctk(*as_user, "sh", "-c", "echo mine > /home/researcher/work.txt")
-    assert r.returncode == 0, r.stderr
-    first = lab.slurm("sbatch", "--parsable", "--wrap", "true", "-o", "/dev/null").stdout.strip()
-    for _ in range(300):
-        if lab.slurm("sacct", "-n", "-X", "-j", first, "-o", "state").stdout.strip() == "COMPLETED":
-            break
-        time.sleep(0.2)
-    pids = [int(p) for p in lab.node_pids().values()]
-    r = lab.ctk("destroy", lab.path)
-    assert r.returncode == 0, r.stderr
-    assert f"{ldir}/home  /home of every node" in r.stdout and "the accounting database" in r.stdout, r.stdout
-    _nothing_left(lab, n, pids)
-    assert sorted(os.listdir(ldir)) == ["home", "identity.json", "root", "slurmctld", "slurmdbd"]
+    try:
+        n = json.load(open(os.path.join(ldir, "state.json")))["n"]
+        assert os.path.exists(f"/sys/class/net/ctkbr{n}") and any(x.startswith(f"ctk-{n}-") for x in os.listdir("/run/netns"))
+        as_user = ("exec", "--user", "researcher", lab.path, "lab-login-0", "--")
+        r = lab.ctk(*as_user, "sh", "-c", "echo mine > /home/researcher/work.txt")
+        assert r.returncode == 0, r.stderr
+        first = lab.slurm("sbatch", "--parsable", "--wrap", "true", "-o", "/dev/null").stdout.strip()
+        for _ in range(300):
+            if lab.slurm("sacct", "-n", "-X", "-j", first, "-o", "state").stdout.strip() == "COMPLETED":
+                break
+            time.sleep(0.2)
+        pids = [int(p) for p in lab.node_pids().values()]
+        r = lab.ctk("destroy", lab.path)
+        assert r.returncode == 0, r.stderr
+        assert f"{ldir}/home  /home of every node" in r.stdout and "the accounting database" in r.stdout, r.stdout
+        _nothing_left(lab, n, pids)
+        assert sorted(os.listdir(ldir)) == ["home", "identity.json", "root", "slurmctld", "slurmdbd"]
 
-    t0 = time.monotonic()
-    r = lab.ctk("deploy", HEALTH, "-o", lab.path)
-    print(f"another cluster's deploy into the destroyed lab's folder refused in {time.monotonic() - t0:.2f} s")
-    assert r.returncode == 2 and f"{lab.path} keeps the data of cluster 'lab'" in r.stderr, r.stderr
-    assert sorted(os.listdir(ldir)) == ["home", "identity.json", "root", "slurmctld", "slurmdbd"]
+        t0 = time.monotonic()
+        r = lab.ctk("deploy", HEALTH, "-o", lab.path)
+        print(f"another cluster's deploy into the destroyed lab's folder refused in {time.monotonic() - t0:.2f} s")
+        assert r.returncode == 2 and f"{lab.path} keeps the data of cluster 'lab'" in r.stderr, r.stderr
+        assert sorted(os.listdir(ldir)) == ["home", "identity.json", "root", "slurmctld", "slurmdbd"]
 
-    r = lab.ctk("deploy", LAB, "-o", lab.path)
-    assert r.returncode == 0, r.stderr[-3000:]
-    r = lab.ctk(*as_user, "cat", "/home/researcher/work.txt")
-    assert r.stdout == "mine\n", r.stderr
-    assert lab.slurm("sacct", "-n", "-X", "-j", first, "-o", "state").stdout.strip() == "COMPLETED"
-    second = lab.slurm("sbatch", "--parsable", "--wrap", "true", "-o", "/dev/null").stdout.strip()
-    assert int(second) > int(first)
+        r = lab.ctk("deploy", LAB, "-o", lab.path)
+        assert r.returncode == 0, r.stderr[-3000:]
+        r = lab.ctk(*as_user, "cat", "/home/researcher/work.txt")
+        assert r.stdout == "mine\n", r.stderr
+        assert lab.slurm("sacct", "-n", "-X", "-j", first, "-o", "state").stdout.strip() == "COMPLETED"
+        second = lab.slurm("sbatch", "--parsable", "--wrap", "true", "-o", "/dev/null").stdout.strip()
+        assert int(second) > int(first)
 
-    t0 = time.monotonic()
-    r = lab.ctk("deploy", HEALTH, "-o", lab.path)
-    print(f"another cluster's deploy into the running lab's folder refused in {time.monotonic() - t0:.2f} s")
-    assert r.returncode == 2 and f"{lab.path} runs cluster 'lab'" in r.stderr, r.stderr
-    assert lab.status()[1]["deployment"] == "lab"
-    r = lab.ctk("deploy", HEALTH, "-o", lab.path, "-w")
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert "replaced cluster lab: stopped the lab of cluster lab" in r.stdout, r.stdout
-    assert f"kept the saved state of cluster lab's controller in {ldir}/slurmctld.lab" in r.stdout, r.stdout
-    rc, st = lab.status()
-    assert st["deployment"] == "health" and "lab-login-0" not in [x["name"] for x in st["nodes"]]
-    r = lab.ctk("exec", "--user", "researcher", lab.path, "health-controller", "--", "cat", "/home/researcher/work.txt")
-    assert r.stdout == "mine\n", r.stderr
+        t0 = time.monotonic()
+        r = lab.ctk("deploy", HEALTH, "-o", lab.path)
+        print(f"another cluster's deploy into the running lab's folder refused in {time.monotonic() - t0:.2f} s")
+        assert r.returncode == 2 and f"{lab.path} runs cluster 'lab'" in r.stderr, r.stderr
+        assert lab.status()[1]["deployment"] == "lab"
+        r = lab.ctk("deploy", HEALTH, "-o", lab.path, "-w")
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert "replaced cluster lab: stopped the lab of cluster lab" in r.stdout, r.stdout
+        assert f"kept the saved state of cluster lab's controller in {ldir}/slurmctld.lab" in r.stdout, r.stdout
+        rc, st = lab.status()
+        assert st["deployment"] == "health" and "lab-login-0" not in [x["name"] for x in st["nodes"]]
+        r = lab.ctk("exec", "--user", "researcher", lab.path, "health-controller", "--", "cat", "/home/researcher/work.txt")
+        assert r.stdout == "mine\n", r.stderr
 
-    n = json.load(open(os.path.join(ldir, "state.json")))["n"]
-    pids = [int(p) for p in lab.node_pids().values()]
-    r = lab.ctk("destroy", "--purge", lab.path)
-    assert r.returncode == 0 and "deleted (--purge):" in r.stdout and f"{ldir}/slurmctld.lab" in r.stdout, r.stdout
-    _nothing_left(lab, n, pids)
-    assert not os.path.exists(ldir)
+        n = json.load(open(os.path.join(ldir, "state.json")))["n"]
+        pids = [int(p) for p in lab.node_pids().values()]
+        r = lab.ctk("destroy", "--purge", lab.path)
+        assert r.returncode == 0 and "deleted (--purge):" in r.stdout and f"{ldir}/slurmctld.lab" in r.stdout, r.stdout
+        _nothing_left(lab, n, pids)
+        assert not os.path.exists(ldir)
+    finally:
+        lab.ctk("destroy", "--purge", lab.path)  # a failure above leaves no lab running
 
 
 def test_jax_smoke_template_all_reduces_across_two_nodes(lab):
@@ -885,37 +888,40 @@ def test_deploys_killed_at_random_moments_each_then_deployed_again_leave_one_nod
     path = str(tmp_path / "killed")
     lab = Lab(path, state)
     argv = [sys.executable, "-m", "ctk", "deploy", LAB, "-o", path, "-q", "--max-nodes", "1"]
-    t0 = time.monotonic()
-    r = lab.ctk(*argv[3:], timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
-    window = time.monotonic() - t0  # how long a deploy that boots every node takes here
-    moments = []
-    for i in range(10):
-        # from a stopped lab (its data kept), so that the killed deploy has every node to boot
-        assert lab.ctk("destroy", path).returncode == 0
-        proc = subprocess.Popen(argv, env={**os.environ, "CTK_STATE_DIR": state}, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL, start_new_session=True)
-        moment = round(rnd.uniform(0.2, window), 2)
-        moments.append(moment)
-        time.sleep(moment)
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        if i % 3 == 2:  # sometimes the next deploy comes once the nodes the killed one started are up
-            time.sleep(rnd.uniform(0, 2))
+    try:
+        t0 = time.monotonic()
         r = lab.ctk(*argv[3:], timeout=300)
-        assert r.returncode == 0, (seed, moments, r.stderr[-3000:])
-        names = [x["name"] for x in lab.status()[1]["nodes"]]
-        counts = _nodeinits(path)
-        assert counts == {n: 2 for n in names}, (seed, moments, counts)
-        rc, st = lab.status()
-        assert rc == 0 and st["accounting"] == "up", (seed, moments, st)
-    print(f"killed at {moments} s of a {window:.1f} s deploy (CTK_KILL_SEED={seed})")
-    n = json.load(open(os.path.join(path, "lab", "state.json")))["n"]
-    pids = [int(p) for p in lab.node_pids().values()]
-    r = lab.ctk("destroy", "--purge", path)
-    assert r.returncode == 0, r.stderr
-    _nothing_left(lab, n, pids)
-    assert _nodeinits(path) == {}
+        assert r.returncode == 0, r.stderr[-3000:]
+        window = time.monotonic() - t0  # how long a deploy that boots every node takes here
+        moments = []
+        for i in range(10):
+            # from a stopped lab (its data kept), so that the killed deploy has every node to boot
+            assert lab.ctk("destroy", path).returncode == 0
+            proc = subprocess.Popen(argv, env={**os.environ, "CTK_STATE_DIR": state}, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL, start_new_session=True)
+            moment = round(rnd.uniform(0.2, window), 2)
+            moments.append(moment)
+            time.sleep(moment)
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            if i % 3 == 2:  # sometimes the next deploy comes once the nodes the killed one started are up
+                time.sleep(rnd.uniform(0, 2))
+            r = lab.ctk(*argv[3:], timeout=300)
+            assert r.returncode == 0, (seed, moments, r.stderr[-3000:])
+            names = [x["name"] for x in lab.status()[1]["nodes"]]
+            counts = _nodeinits(path)
+            assert counts == {n: 2 for n in names}, (seed, moments, counts)
+            rc, st = lab.status()
+            assert rc == 0 and st["accounting"] == "up", (seed, moments, st)
+        print(f"killed at {moments} s of a {window:.1f} s deploy (CTK_KILL_SEED={seed})")
+        n = json.load(open(os.path.join(path, "lab", "state.json")))["n"]
+        pids = [int(p) for p in lab.node_pids().values()]
+        r = lab.ctk("destroy", "--purge", path)
+        assert r.returncode == 0, r.stderr
+        _nothing_left(lab, n, pids)
+        assert _nodeinits(path) == {}
+    finally:
+        lab.ctk("destroy", "--purge", path)  # a failure above leaves no lab running
 
 
 AUTH_SLURM = os.path.join(os.path.dirname(__file__), "blueprints", "auth-slurm-13.yaml")
