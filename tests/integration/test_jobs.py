@@ -441,14 +441,15 @@ def test_sstat_sacct_and_efficiency_report_what_a_job_used(lab, tmp_path):
             break
         assert time.monotonic() < deadline, out
         time.sleep(0.5)
-    assert _mib(rows[f"{job}.batch"][2]) >= 300 and cpu_seconds(rows[job][1]) >= 3, rows
+    # at least the CPU time sstat saw while it ran (the machine is shared: no more is promised)
+    assert _mib(rows[f"{job}.batch"][2]) >= 300 and cpu_seconds(rows[job][1]) >= cpu_seconds(batch[2]), rows
 
     r = lab.ctk("job", "efficiency", job, "--deployment", lab.path, "--json")
     assert r.returncode == 0, r.stderr
     [eff] = json.loads(r.stdout)
     assert (eff["job"], eff["state"], eff["cpus"], eff["nodes"]) == (job, "COMPLETED", 1, 1)
     assert eff["mem_bytes"] == 4096 * MIB  # the debug nodes' 8192 MB / 2 CPUs
-    assert eff["max_rss_bytes"] >= 300 * MIB and eff["cpu_s"] >= 3
+    assert eff["max_rss_bytes"] >= 300 * MIB and eff["cpu_s"] >= cpu_seconds(batch[2])
     assert 0 < eff["cpu_efficiency"] <= 1 and 0.07 < eff["mem_efficiency"] < 1
     text = lab.ctk("job", "efficiency", job, "--deployment", lab.path).stdout
     assert text.startswith(f"Job {job} (wrap): COMPLETED, exit code 0:0\n") and "Memory efficiency: " in text
