@@ -77,6 +77,8 @@ def here(acct, monkeypatch, tmp_path):
     monkeypatch.setenv("SLURM_CONF", str(conf))
     monkeypatch.setenv("HOME", str(root / "jobs"))  # ~/.ctk-jobs: this machine is also the node
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    os.makedirs(root / "jobs", exist_ok=True)
+    monkeypatch.chdir(root / "jobs")  # jobs run where they are submitted from, as with sbatch
     return root
 
 
