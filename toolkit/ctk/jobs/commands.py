@@ -164,12 +164,12 @@ def load_job(job_id: str, ref: ClusterRef):
     return job, task or None
 
 
-def status_rows(ids: list[str], ref: ClusterRef) -> list[dict]:
+def status_rows(ids: list[str], ref: ClusterRef, cluster=None) -> list[dict]:
     """One row per job asked about (every registered job when IDS is empty): one squeue call,
     and for jobs Slurm has forgotten, one accounting / completion-log query."""
     from . import registry, scheduler
 
-    cluster = cluster_of(ref)
+    cluster = cluster or cluster_of(ref)
     d = cluster.registry_dir
     recs = registry.load(d)
     if ids:
@@ -207,8 +207,11 @@ def status_text(rows: list[dict], as_json: bool) -> str:
 
 def list_text(ref: ClusterRef, as_json: bool) -> str:
     """The registry's jobs, each with its state now (the same one squeue call as status)."""
-    recs = {str(r["id"]): r for r in _registry(ref)}
-    states = {r["id"]: r for r in status_rows([], ref)} if recs else {}
+    from . import registry
+
+    cluster = cluster_of(ref)  # one connection for the registry and the squeue call
+    recs = {str(r["id"]): r for r in registry.load(cluster.registry_dir)}
+    states = {r["id"]: r for r in status_rows([], ref, cluster)} if recs else {}
     if as_json:
         return json.dumps([{**r, "state": states[j]["state"], "reason": states[j]["reason"]}
                            for j, r in recs.items()], indent=2) + "\n"
@@ -217,11 +220,6 @@ def list_text(ref: ClusterRef, as_json: bool) -> str:
              "command": " ".join(r.get("command") or [])} for j, r in recs.items()]
     return _table(rows, ("id", "state", "template", "submitted", "command"))
 
-
-def _registry(ref: ClusterRef) -> list[dict]:
-    from . import registry
-
-    return registry.load(cluster_of(ref).registry_dir)
 
 
 def _table(rows: list[dict], cols: tuple[str, ...]) -> str:
