@@ -255,8 +255,14 @@ def test_submit_follow_logs_and_cancel_through_the_login_node_over_ssh(lab, tmp_
     rows = json.loads(ctk("job", "status", jid, sleeper, *host, "--json", env=env).stdout)
     assert {x["id"]: x["state"] for x in rows} == {jid: "COMPLETED", sleeper: "CANCELLED"}
     listed = json.loads(ctk("job", "list", *host, "--json", env=env).stdout)
-    assert [x["id"] for x in listed] == [jid, sleeper]
-    assert all(x["cluster"] == f"ssh://{LAB_USER}@{login['addr']}:{login['ssh']['port']}" for x in listed)
+    assert [x["id"] for x in listed][-2:] == [jid, sleeper]
+    mine = [x for x in listed if x["id"] in (jid, sleeper)]
+    assert all(x["cluster"] == f"ssh://{LAB_USER}@{login['addr']}:{login['ssh']['port']}" for x in mine)
+    # one registry for the cluster, however it is reached: --deployment lists the same jobs
+    r = ctk("job", "list", "--deployment", lab.path, "--json", env=env)
+    assert [x["id"] for x in json.loads(r.stdout)] == [x["id"] for x in listed], r.stderr
+    r = ctk("job", "status", jid, "--deployment", lab.path, env=env)
+    assert r.returncode == 0 and "COMPLETED" in r.stdout, r.stderr
 
 
 def test_a_wrong_host_key_is_refused(lab, tmp_path):
@@ -268,7 +274,7 @@ def test_a_wrong_host_key_is_refused(lab, tmp_path):
     bad.write_text(f"[{login['addr']}]:{login['ssh']['port']} " + " ".join(open(other).read().split()[:2]) + "\n")
     cfg.write_text(open(login["ssh"]["ssh_config"]).read().replace(os.path.join(lab.path, "lab", "known_hosts"), str(bad)))
     r = ctk("job", "list", "--host", login["name"], "--ssh-config", str(cfg), env=host_env(lab, tmp_path))
-    assert r.returncode == 0  # list reads only the local registry
+    assert r.returncode == 1 and "host key" in r.stderr  # list asks the cluster which it is
     r = ctk("job", "submit", "jax-train", "--host", login["name"], "--ssh-config", str(cfg), "--", "true",
             env=host_env(lab, tmp_path))
     assert r.returncode == 1 and "host key" in r.stderr and "Traceback" not in r.stderr, r.stderr

@@ -27,7 +27,8 @@ A3 = f"{FIXTURES}/examples/machine-learning/a3-megagpu-8g"
 class Lab:
     def __init__(self, path, state):
         self.path, self.state = str(path), state
-        self.env = {"CTK_STATE_DIR": state}
+        # ctk's job registries (keyed by cluster) go beside the folder, not into root's home
+        self.env = {"CTK_STATE_DIR": state, "XDG_STATE_HOME": self.path + ".xdg"}
 
     def ctk(self, *args, timeout=600):
         return ctk(*args, env=self.env, timeout=timeout)
@@ -602,6 +603,14 @@ def test_destroy_keeps_users_data_for_the_next_deploy_and_purge_deletes_it(lab_b
             if lab.slurm("sacct", "-n", "-X", "-j", first, "-o", "state").stdout.strip() == "COMPLETED":
                 break
             time.sleep(0.2)
+        # the nodes know which cluster they are: the id that keys ctk's registry of its jobs
+        ident = json.load(open(os.path.join(ldir, "identity.json")))
+        r = lab.ctk(*as_user, "cat", "/etc/slurm/ctk-cluster.json")
+        assert json.loads(r.stdout) == {"cluster": "lab", "id": ident["id"]}, r.stderr
+        r = lab.ctk("job", "submit", "jax-train", "--set", "partition=debug", "--deployment", lab.path, "--wait",
+                    "--", "true")
+        assert r.returncode == 0, r.stderr
+        by_ctk = r.stdout.strip()
         pids = [int(p) for p in lab.node_pids().values()]
         r = lab.ctk("destroy", lab.path)
         assert r.returncode == 0, r.stderr
@@ -622,6 +631,10 @@ def test_destroy_keeps_users_data_for_the_next_deploy_and_purge_deletes_it(lab_b
         assert lab.slurm("sacct", "-n", "-X", "-j", first, "-o", "state").stdout.strip() == "COMPLETED"
         second = lab.slurm("sbatch", "--parsable", "--wrap", "true", "-o", "/dev/null").stdout.strip()
         assert int(second) > int(first)
+        # the same cluster again: the same registry, its job still listed with its end
+        assert json.load(open(os.path.join(ldir, "identity.json")))["id"] == ident["id"]
+        listed = json.loads(lab.ctk("job", "list", "--deployment", lab.path, "--json").stdout)
+        assert [(x["id"], x["state"]) for x in listed] == [(by_ctk, "COMPLETED")]
 
         t0 = time.monotonic()
         r = lab.ctk("deploy", HEALTH, "-o", lab.path)
@@ -634,6 +647,12 @@ def test_destroy_keeps_users_data_for_the_next_deploy_and_purge_deletes_it(lab_b
         assert f"kept the saved state of cluster lab's controller in {ldir}/slurmctld.lab" in r.stdout, r.stdout
         rc, st = lab.status()
         assert st["deployment"] == "health" and "lab-login-0" not in [x["name"] for x in st["nodes"]]
+        # another cluster in the folder: a registry of its own, with none of the old cluster's jobs
+        assert json.load(open(os.path.join(ldir, "identity.json")))["id"] != ident["id"]
+        r = lab.ctk("job", "list", "--deployment", lab.path)
+        assert r.returncode == 0 and r.stdout == "(no jobs)\n", (r.stdout, r.stderr)
+        r = lab.ctk("job", "submit", "jax-train", "--deployment", lab.path, "--", "true")
+        assert r.returncode == 0, r.stderr
         r = lab.ctk("exec", "--user", "researcher", lab.path, "health-controller", "--", "cat", "/home/researcher/work.txt")
         assert r.stdout == "mine\n", r.stderr
 
@@ -641,6 +660,8 @@ def test_destroy_keeps_users_data_for_the_next_deploy_and_purge_deletes_it(lab_b
         pids = [int(p) for p in lab.node_pids().values()]
         r = lab.ctk("destroy", "--purge", lab.path)
         assert r.returncode == 0 and "deleted (--purge):" in r.stdout and f"{ldir}/slurmctld.lab" in r.stdout, r.stdout
+        assert "ctk's registry of the lab's jobs" in r.stdout, r.stdout
+        assert os.listdir(os.path.join(lab.path + ".xdg", "ctk", "clusters")) == [f"lab-{ident['id']}"]
         _nothing_left(lab, n, pids)
         assert not os.path.exists(ldir)
     finally:

@@ -300,7 +300,7 @@ def test_without_flags_jobs_go_to_this_machines_own_slurm(tmp_path, monkeypatch,
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     conf = tmp_path / "site" / "slurm.conf"  # check() wants the file SLURM_CONF names to exist
     conf.parent.mkdir()
-    conf.write_text("ClusterName=site\n")
+    conf.write_text("ClusterName=site\nSlurmctldHost=ctl(10.0.0.9)\n")
     monkeypatch.setenv("SLURM_CONF", str(conf))
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     bin_dir = tmp_path / "bin"
@@ -315,7 +315,8 @@ def test_without_flags_jobs_go_to_this_machines_own_slurm(tmp_path, monkeypatch,
     c = open_cluster()
     assert isinstance(c, HereCluster) and c.key == f"here:{conf}"
     assert c.jobs_dir == str(tmp_path / "home" / ".ctk-jobs")
-    assert c.registry_dir.startswith(str(tmp_path / "state" / "ctk" / "here"))
+    # the registry of cluster site (its name and controller: a cluster ctk did not make)
+    assert c.registry_dir == str(tmp_path / "state" / "ctk" / "clusters" / "site@ctl")
     assert main(["job", "submit", "jax-train", "--", "true"]) == 0
     assert capsys.readouterr().out == "31\n"
     rec = registry.load(c.registry_dir)[0]
@@ -342,13 +343,12 @@ def test_ssh_cluster_names_and_host_key_policy(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no ~/.ssh/config, no known_hosts
     c = SshCluster("alice@login.example.org:2222")
     assert c.key == "ssh://alice@login.example.org:2222"
-    assert c.registry_dir == str(tmp_path / "state" / "ctk" / "hosts" / "alice@login.example.org_2222")
     assert not isinstance(c.conn.client._policy, paramiko.RejectPolicy)  # Fabric's default: accept
     kh = tmp_path / "known_hosts"
     kh.write_text("")
-    strict = SshCluster("root@10.0.0.5", known_hosts=str(kh), registry_dir=str(tmp_path / "dep"))
+    strict = SshCluster("root@10.0.0.5", known_hosts=str(kh))
     assert isinstance(strict.conn.client._policy, paramiko.RejectPolicy)
-    assert strict.key == "ssh://root@10.0.0.5:22" and strict.registry_dir == str(tmp_path / "dep")
+    assert strict.key == "ssh://root@10.0.0.5:22"
 
 
 # ---- no cluster named, none configured here -----------------------------------------------

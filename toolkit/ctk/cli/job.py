@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 
 from ..errors import UserError
 from .common import Parser, show_help
@@ -190,6 +191,11 @@ def submit(args) -> int:
     req = jobcli.SubmitRequest(args.template, tuple(args.sets), args.nodes, args.nodeset, tuple(args.command),
                                _ref(args), tuple(args.sbatch_args), _options(args))
     job = jobcli.submit_cli(req)
+    d = getattr(job, "displaced", None)  # the API's Job; stand-ins may lack it
+    if d:
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(d.get("submitted") or 0))
+        print(f"note: Slurm gave id {job.id} before, to the {d.get('template')} job submitted through ctk on "
+              f"{when}; that earlier job is listed as {d['id']} now (ctk job status {d['id']})", file=sys.stderr)
     if not args.json:
         print(job.id, flush=True)
     code = 0
@@ -226,7 +232,21 @@ def logs(args) -> int:
         jobcli.follow(job, sys.stdout, task=task, stderr=args.stderr)
     else:
         sys.stdout.write(job.logs(stderr=args.stderr, task=task))
+        lost = job.missing_logs(stderr=args.stderr, task=task)
+        if lost:
+            sys.stdout.flush()
+            state = job.state
+            if state in NOT_STARTED:
+                print(f"job {args.id} is {state}: no log yet", file=sys.stderr)
+            else:
+                from ..errors import Failure
+                raise Failure(f"job {args.id} ({state}): its log {', '.join(lost)} is not there: deleted, or "
+                              "never written (a job cancelled before it started writes none)",
+                              hint=f"ctk job status {args.id}")
     return 0
+
+
+NOT_STARTED = ("PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD")
 
 
 def cancel(args) -> int:

@@ -8,10 +8,15 @@ written once:
 - `put_script(text, name)`: store a batch script where `run(["sbatch", ...])` reads it, readable by
   its owner only (0600 in a 0700 folder: a script may hold a token); its path; `remove(path)`;
 - `jobs_dir`: the folder, as the cluster sees it, where scripts and relative logs live;
-- `read(path, offset)`: a log file's bytes from OFFSET (b"" while it does not exist);
+- `read(path, offset, missing=b"")`: a log file's bytes from OFFSET (MISSING while it does not
+  exist);
 - `forgotten(ids)`: final states of jobs that squeue no longer lists (accounting, or the
   lab's job completion log), as {id: (state, exit code)};
-- `registry_dir`: where the local registry of the cluster's jobs lives (jobs.jsonl).
+- `identity()`: which cluster it is ({cluster, id} from the file ctk puts beside slurm.conf on
+  every node of a cluster it made; else Slurm's own ClusterName and controller), so that
+  every way of reaching one cluster finds the same `registry_dir`, where the local registry
+  of the cluster's jobs lives (jobs.jsonl), and a new cluster on the same host and port
+  does not inherit the jobs of the one before.
 
 A `HereCluster` is the Slurm cluster this machine submits to (a login node: its own
 sbatch, squeue, ... and SLURM_CONF if set), with scripts in ~/.ctk-jobs on the shared home.
@@ -23,6 +28,7 @@ on the login node.
 from __future__ import annotations
 
 import io
+import json
 import os
 import re
 import shlex
@@ -70,10 +76,76 @@ def exit_of(text: str) -> int | None:
     return code_i if code_i or not sig_i else 128 + sig_i
 
 
+# Beside slurm.conf on every node of a cluster ctk deployed: {"cluster": NAME, "id": HEX},
+# the id made once per cluster (a new one for a new cluster in the same place).
+IDENTITY_FILE = "ctk-cluster.json"
+# One shell line, the same on a login node over SSH and here: ctk's identity file, else the
+# cluster's name and controller from slurm.conf, else (a configless node) from the controller.
+_IDENTITY_SH = ('c="${SLURM_CONF:-/etc/slurm/slurm.conf}"; cat "${c%/*}/' + IDENTITY_FILE + '" 2>/dev/null'
+                ' || grep -iE "^[[:space:]]*(ClusterName|SlurmctldHost)[[:space:]]*=" "$c" 2>/dev/null'
+                ' || scontrol show config 2>/dev/null | grep -E "^(ClusterName|SlurmctldHost)"')
+_SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
+_SAFE_ID = re.compile(r"[0-9a-f]{8,64}")
+
+
+def parse_identity(text: str) -> dict[str, str] | None:
+    """{cluster, id} from ctk's identity file, or {cluster, controller} from slurm.conf's or
+    `scontrol show config`'s ClusterName and (first) SlurmctldHost lines; None if TEXT says
+    neither, or says it in names no folder may carry (the text comes from the cluster, which
+    may be hostile)."""
+    text = (text or "").strip()
+    if text.startswith("{"):
+        try:
+            d = json.loads(text)
+        except ValueError:
+            return None
+        if (isinstance(d, dict) and isinstance(d.get("cluster"), str) and isinstance(d.get("id"), str)
+                and _SAFE_NAME.fullmatch(d["cluster"]) and _SAFE_ID.fullmatch(d["id"])):
+            return {"cluster": d["cluster"], "id": d["id"]}
+        return None
+    conf: dict[str, str] = {}
+    for line in text.splitlines():
+        k, sep, v = line.split("#", 1)[0].partition("=")
+        key = re.sub(r"\[\d+\]$", "", k.strip().lower())  # scontrol's SlurmctldHost[0]
+        if sep and key in ("clustername", "slurmctldhost"):
+            conf.setdefault(key, v.strip().split("(", 1)[0].strip())
+    name, ctl = conf.get("clustername", ""), conf.get("slurmctldhost", "")
+    if _SAFE_NAME.fullmatch(name) and _SAFE_NAME.fullmatch(ctl):
+        return {"cluster": name, "controller": ctl}
+    return None
+
+
+def registry_home(ident: dict[str, str]) -> str:
+    """The registry folder of the cluster IDENT names (see parse_identity)."""
+    leaf = f"{ident['cluster']}-{ident['id']}" if ident.get("id") else f"{ident['cluster']}@{ident['controller']}"
+    return os.path.join(_state_home(), "ctk", "clusters", leaf)
+
+
 class Cluster:
     key: str = ""
     jobs_dir: str = NODE_JOBS_DIR
-    registry_dir: str = ""
+    _registry_dir: str | None = None
+
+    def identity(self) -> dict[str, str] | None:
+        """Which cluster this is (see parse_identity): one command on the cluster."""
+        r = self.run(["/bin/sh", "-c", _IDENTITY_SH])
+        return parse_identity(r.stdout) if r.returncode == 0 else None
+
+    def fallback_registry_dir(self) -> str:
+        """Where the registry lives when the cluster says nothing of itself."""
+        return os.path.join(_state_home(), "ctk", "unnamed", re.sub(r"[^A-Za-z0-9_.@-]", "_", self.key.strip("/")))
+
+    @property
+    def registry_dir(self) -> str:
+        """The folder of this cluster's job registry, found once (by identity) per object."""
+        if self._registry_dir is None:
+            ident = self.identity()
+            self._registry_dir = registry_home(ident) if ident else self.fallback_registry_dir()
+        return self._registry_dir
+
+    @registry_dir.setter
+    def registry_dir(self, value: str) -> None:
+        self._registry_dir = value
 
     def run(self, argv: Sequence[str], timeout: float = 30, stdin: str | None = None) -> Result:
         raise NotImplementedError
@@ -85,7 +157,7 @@ class Cluster:
         """Delete a script put_script stored (its submission failed); no error if it is gone."""
         raise NotImplementedError
 
-    def read(self, path: str, offset: int = 0) -> bytes:
+    def read(self, path: str, offset: int = 0, missing: bytes | None = b"") -> bytes | None:
         raise NotImplementedError
 
     def forgotten(self, ids: Sequence[str]) -> dict[str, tuple[str, int | None]]:
@@ -137,11 +209,25 @@ class HereCluster(Cluster):
         conf = os.environ.get("SLURM_CONF") or "/etc/slurm/slurm.conf"
         self.conf = os.path.abspath(conf)
         self.key = f"here:{self.conf}"
-        self.registry_dir = os.path.join(_state_home(), "ctk", "here", re.sub(r"[^A-Za-z0-9_.-]", "_", self.conf.strip("/")))
         self.jobs_dir = os.path.abspath(jobs_dir or os.path.join(os.path.expanduser("~"), JOBS_SUBDIR))
 
     def __repr__(self) -> str:
         return f"HereCluster({self.conf!r})"
+
+    def identity(self) -> dict[str, str] | None:
+        """From the files beside SLURM_CONF (no process); from the controller where there is no
+        slurm.conf (a configless node)."""
+        if not os.path.isfile(self.conf):
+            return super().identity()
+        for path in (os.path.join(os.path.dirname(self.conf), IDENTITY_FILE), self.conf):
+            try:
+                with open(path, encoding="utf-8", errors="replace") as f:
+                    ident = parse_identity(f.read(1 << 20))
+            except OSError:
+                continue
+            if ident:
+                return ident
+        return None
 
     def check(self) -> "HereCluster":
         import shutil
@@ -204,16 +290,16 @@ class HereCluster(Cluster):
         except FileNotFoundError:
             pass
 
-    def read(self, path: str, offset: int = 0) -> bytes:
+    def read(self, path: str, offset: int = 0, missing: bytes | None = b"") -> bytes | None:
         hp = self.host_path(path)
         if hp is None:
-            return b""
+            return missing
         try:
             with open(hp, "rb") as f:
                 f.seek(offset)
                 return f.read()
         except FileNotFoundError:
-            return b""
+            return missing
 
 
 class SshCluster(Cluster):
@@ -222,8 +308,7 @@ class SshCluster(Cluster):
     which is expected to be on the cluster's shared home."""
 
     def __init__(self, host: str, identity: str | None = None, ssh_config: str | None = None,
-                 connect_timeout: float = 15, known_hosts: str | None = None, registry_dir: str | None = None,
-                 deployment: str | None = None):
+                 connect_timeout: float = 15, known_hosts: str | None = None, deployment: str | None = None):
         import fabric
         import paramiko
 
@@ -249,8 +334,6 @@ class SshCluster(Cluster):
             c.set_missing_host_key_policy(paramiko.RejectPolicy())
         self.host = host
         self.key = f"ssh://{self.conn.user}@{self.conn.host}:{self.conn.port}"
-        self.registry_dir = registry_dir or os.path.join(
-            _state_home(), "ctk", "hosts", re.sub(r"[^A-Za-z0-9_.@-]", "_", f"{self.conn.user}@{self.conn.host}_{self.conn.port}"))
         self._deployment = deployment
         self._sftp = None
         self._home: str | None = None
@@ -318,14 +401,14 @@ class SshCluster(Cluster):
         except FileNotFoundError:
             pass
 
-    def read(self, path: str, offset: int = 0) -> bytes:
+    def read(self, path: str, offset: int = 0, missing: bytes | None = b"") -> bytes | None:
         p = path if path.startswith("/") else f"{self.jobs_dir}/{path}"
         try:
             with self.sftp.open(p, "rb") as f:
                 f.seek(offset)
                 return f.read()
         except FileNotFoundError:
-            return b""
+            return missing
 
     def close(self) -> None:
         self.conn.close()

@@ -54,6 +54,7 @@ class Job:
         return f"Job({self.id!r}, {self.cluster!r})"
 
     reason = ""  # the pending reason squeue gave with the last state asked for
+    displaced: dict[str, Any] | None = None  # at submit: the earlier job that had this id, renamed ID~N
 
     @property
     def state(self) -> str:
@@ -124,8 +125,14 @@ class Job:
         return out, err
 
     def log_bytes(self, stderr: bool = False, task: str | None = None, offset: int = 0) -> bytes:
-        """The raw bytes of one log (of array task TASK) from byte OFFSET."""
-        return self.cluster.read(self.log_paths(task)[1 if stderr else 0], offset)
+        """The raw bytes of one log (of array task TASK) from byte OFFSET (b"" while there is none)."""
+        return self.cluster.read(self.log_paths(task)[1 if stderr else 0], offset) or b""
+
+    def missing_logs(self, stderr: bool = False, task: str | None = None) -> list[str]:
+        """The paths of the logs asked for (every task's of an array job) that are not there."""
+        tasks = [task] if task is not None or not self.tasks else self.tasks
+        paths = [self.log_paths(t)[1 if stderr else 0] for t in tasks]
+        return [p for p in paths if self.cluster.read(p, 1 << 40, missing=None) is None]  # past any log's end: no bytes moved
 
     def logs(self, stderr: bool = False, task: str | None = None) -> str:
         """The job's stdout (or stderr) so far; "" before it starts writing. An array job's
@@ -140,6 +147,9 @@ class Job:
         return self.log_bytes(stderr, task).decode("utf-8", errors="replace")
 
     def cancel(self) -> None:
+        if self.record.get("slurm_id"):
+            raise UserError(f"job {self.id} ended before Slurm gave its id {self.record['slurm_id']} to another job",
+                            hint=f"ctk job cancel {self.record['slurm_id']} cancels that other job")
         scheduler.cancel(self.cluster, self.id)
 
 
@@ -177,5 +187,6 @@ def submit(template: str, params: dict[str, Any], cluster: "Cluster | str | None
         record["array_tasks"] = tasks
     if scheduler.requeues(script):
         record["requeue"] = True
-    registry.append(c.registry_dir, record)
-    return Job(job_id, c, record)
+    job = Job(job_id, c, record)
+    job.displaced = registry.add(c.registry_dir, record)
+    return job

@@ -3,7 +3,9 @@ under an exclusive lock so concurrent submits never interleave a line. DIR is th
 folder for a local cluster, `~/.local/state/ctk/hosts/USER@HOST_PORT` for a login host.
 
 A job's first line holds what was submitted; later lines with the same id add to it (the
-final state and exit code, once seen), so status works after Slurm forgets the job."""
+final state and exit code, once seen), so status works after Slurm forgets the job. When Slurm
+gives an id again (its saved state was lost, or its numbering wrapped), the earlier job is
+kept, as ID~N (N = 1 for the first one that lost its id), never overwritten."""
 
 from __future__ import annotations
 
@@ -37,27 +39,47 @@ def append(deployment_dir: str, record: dict[str, Any]) -> None:
 
 
 def load(deployment_dir: str) -> list[dict[str, Any]]:
-    """Every job, oldest first (later lines of the same id update its record)."""
+    """Every job, oldest first (later lines of the same id update its record; an earlier job
+    whose id Slurm gave again is listed as ID~N, with `slurm_id` its id in Slurm then)."""
     try:
         f = open(path(deployment_dir), encoding="utf-8")
     except FileNotFoundError:
         return []
     with f, held(f.fileno(), shared=True):
         text = f.read()
-    by_id: dict[str, dict[str, Any]] = {}
+    jobs: list[dict[str, Any]] = []
+    at: dict[str, int] = {}  # id -> index in jobs of the job that holds it now
+    reused: dict[str, int] = {}
     for line in text.splitlines():
         try:
             rec = json.loads(line)
         except ValueError:
             continue  # a torn line (the machine died mid-write): skip it
-        if isinstance(rec, dict) and "id" in rec:
-            jid = str(rec["id"])
-            if jid in by_id and "template" not in rec:  # an update of a known job
-                by_id[jid].update(rec)
-            else:  # a new job (a reused id after a Slurm reset replaces the old one)
-                by_id.pop(jid, None)
-                by_id[jid] = rec
-    return list(by_id.values())
+        if not (isinstance(rec, dict) and "id" in rec):
+            continue
+        jid = rec["id"] = str(rec["id"])
+        if jid in at and "template" not in rec:  # an update of a known job
+            jobs[at[jid]].update(rec)
+            continue
+        if jid in at:  # Slurm gave the id again: the earlier job keeps its record, renamed
+            reused[jid] = reused.get(jid, 0) + 1
+            old = jobs[at[jid]]
+            old.update(id=f"{jid}~{reused[jid]}", slurm_id=jid)
+            old.setdefault("final_state", "UNKNOWN")  # Slurm no longer knows it by that id
+        at[jid] = len(jobs)
+        jobs.append(rec)
+    return jobs
+
+
+def add(deployment_dir: str, record: dict[str, Any]) -> dict[str, Any] | None:
+    """Record a newly submitted job; the earlier job that had its id, now listed as ID~N (or None)."""
+    jid = str(record["id"])
+    earlier = next((r for r in load(deployment_dir) if r["id"] == jid), None)
+    append(deployment_dir, record)
+    if earlier is None:
+        return None
+    return next((r for r in load(deployment_dir) if r.get("slurm_id") == jid
+                 and r.get("submitted") == earlier.get("submitted")), None)
 
 
 def get(deployment_dir: str, job_id: str, where: str | None = None) -> dict[str, Any]:

@@ -16,7 +16,8 @@ import subprocess
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Sequence
 
-from ..connect.base import JOBS_SUBDIR, NODE_HOME, HereCluster, Result, SlurmError, exit_of, parse_kv_line, script_name
+from ..connect.base import (JOBS_SUBDIR, NODE_HOME, Cluster, HereCluster, Result, SlurmError, exit_of, parse_identity,
+                            parse_kv_line, script_name)
 from ..errors import UserError
 from ..sandbox import node as nodes
 from ..sandbox import DaemonError
@@ -95,7 +96,6 @@ class LabCluster(HereCluster):
     def __init__(self, deployment_dir: str):
         self.dir = os.path.abspath(deployment_dir)
         self.key = self.dir
-        self.registry_dir = self.dir
         self.user = lab_user(self.dir)
         self.home = home_of(self.user)
         self.jobs_dir = f"{self.home}/{JOBS_SUBDIR}"
@@ -105,6 +105,16 @@ class LabCluster(HereCluster):
 
     def deployment_dir(self) -> str:
         return self.dir
+
+    def identity(self) -> dict[str, str] | None:
+        """The lab's, from lab/identity.json (what its nodes read in /etc/slurm/ctk-cluster.json),
+        without asking the lab."""
+        try:
+            with open(os.path.join(lab_dir(self.dir), "identity.json"), encoding="utf-8") as f:
+                ident = parse_identity(f.read())
+        except OSError:
+            ident = None
+        return ident if ident and ident.get("id") else Cluster.identity(self)  # asked in the lab
 
     def check(self) -> "LabCluster":
         if load_state(self.dir) is None:
@@ -160,17 +170,17 @@ class LabCluster(HereCluster):
             return None
         return os.path.join(self.dir, "lab", "home", os.path.relpath(p, NODE_HOME))
 
-    def read(self, path: str, offset: int = 0) -> bytes:
+    def read(self, path: str, offset: int = 0, missing: bytes | None = b"") -> bytes | None:
         """A job's log from the shared /home, opened without following any symlink a job made on
         the way (it would lead outside the lab) and only if it is a regular file (a FIFO would
-        hang); b"" otherwise."""
+        hang); MISSING otherwise."""
         p = os.path.normpath(path if path.startswith("/") else os.path.join(self.jobs_dir, path))
         if not p.startswith(NODE_HOME + "/"):
-            return b""
+            return missing
         try:
             fd = open_below(os.path.join(self.dir, "lab", "home"), os.path.relpath(p, NODE_HOME))
         except OSError:
-            return b""
+            return missing
         with os.fdopen(fd, "rb") as f:
             f.seek(offset)
             return f.read()

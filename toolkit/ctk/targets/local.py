@@ -42,6 +42,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
 from .. import atomic
+from ..connect.base import IDENTITY_FILE, parse_identity, registry_home
 from ..errors import UserError, did_you_mean
 from ..model import DEFAULT_BASE, HEALTH_CHECK, JAX_TASK_PROLOG, NO_SPOT_HINT, Deployment, ImageSpec
 from ..progress import Progress
@@ -778,8 +779,8 @@ def deploy_local(dep: Deployment, deployment_dir: str, *, max_nodes: int = DEFAU
         # What a node's root writes in the shared folders (a setuid binary, a file with
         # capabilities) is root's on the host too: no host user but root may reach lab/.
         os.chmod(ldir, 0o700)
-        atomic.write_if_changed(os.path.join(ldir, IDENTITY), json.dumps(
-            {"cluster": dep.slurm_cluster_name, "deployment": dep.deployment_name}) + "\n", 0o600)
+        ident = new_identity(ident, dep)
+        atomic.write_if_changed(os.path.join(ldir, IDENTITY), json.dumps(ident) + "\n", 0o600)
         os.chmod(os.path.join(ldir, "home"), 0o755)
         user_home(plan, ldir)
         os.chmod(os.path.join(ldir, "root"), 0o700)
@@ -795,6 +796,7 @@ def deploy_local(dep: Deployment, deployment_dir: str, *, max_nodes: int = DEFAU
         if acct:
             atomic.write_if_changed(os.path.join(ldir, "secrets", "slurmdbd.conf"), slurmdbd_conf(plan, ldir), 0o600)
         files = lab_files(plan, ldir)
+        files[f"etc/slurm/{IDENTITY_FILE}"] = json.dumps({"cluster": ident["cluster"], "id": ident["id"]}) + "\n"
         changed = [rel for rel, text in files.items() if atomic.write_if_changed(os.path.join(ldir, rel), text)]
         for rel in ("etc/slurm/gres.conf", *POWER_SCRIPTS):
             if rel not in files and os.path.exists(os.path.join(ldir, rel)):
@@ -954,7 +956,19 @@ def has_leftovers(deployment_dir: str) -> bool:
 KEPT = (("home", "/home of every node"), ("root", "/root of every node"),
         ("slurmdbd", "the accounting database (sacct's history)"),
         ("slurmctld", "the controller's saved state (queued jobs, the next job id)"))
-IDENTITY = "identity.json"  # the cluster lab/ belongs to: {"cluster", "deployment"}
+IDENTITY = "identity.json"  # the cluster lab/ belongs to: {"cluster", "deployment", "id"}
+
+
+def new_identity(held: dict | None, dep: Deployment) -> dict:
+    """lab/identity.json for a deploy of DEP: the id of the cluster whose data lab/ keeps (HELD,
+    the same cluster: another one was refused or set aside), else a new one. The id names the
+    cluster's job registry: a new lab in the folder starts with none of the old one's jobs."""
+    import uuid
+
+    old = (held or {}).get("id")
+    same = held and held.get("cluster") == dep.slurm_cluster_name and isinstance(old, str)
+    return {"cluster": dep.slurm_cluster_name, "deployment": dep.deployment_name,
+            "id": old if same else uuid.uuid4().hex}
 
 
 def identity_clash(deployment_dir: str, held: dict, dep: Deployment) -> str:
@@ -1034,11 +1048,16 @@ def destroy_local(deployment_dir: str, purge: bool = False) -> DestroyResult:
         netns.remove_lab(n)
     ldir = lab_dir(deployment_dir)
     data = kept_data(deployment_dir)
+    ident = lab_identity(deployment_dir)
     if purge or not data:
         shutil.rmtree(ldir, ignore_errors=True)
         kept, deleted = [], data
+        if purge and ident and parse_identity(json.dumps(ident)):  # the jobs ctk recorded of it go too
+            reg = registry_home({"cluster": ident["cluster"], "id": ident["id"]})
+            if os.path.isdir(reg):
+                shutil.rmtree(reg)
+                deleted.append((reg, "ctk's registry of the lab's jobs (ctk job list)"))
     else:
-        ident = lab_identity(deployment_dir)
         keep = {os.path.basename(p) for p, _ in data}
         for name in os.listdir(ldir):
             if name in keep:

@@ -39,6 +39,7 @@ from dataclasses import asdict, dataclass, field
 
 from .. import atomic, paths
 from ..ansible_out import parse_recap
+from ..connect.base import IDENTITY_FILE, parse_identity
 from ..errors import UserError, did_you_mean
 from ..model import HEALTH_CHECK, Deployment, ImageSpec, SshHost
 from ..progress import Progress
@@ -330,6 +331,8 @@ def write_files(dep: Deployment, deployment_dir: str) -> tuple[dict, list[str]]:
     os.makedirs(sdir, exist_ok=True)
     munge_key(sdir)
     files = ssh_files(dep, sdir)
+    ident = json.dumps(cluster_identity(sdir, dep)) + "\n"
+    files[f"etc/slurm/{IDENTITY_FILE}"] = files[f"host/{IDENTITY_FILE}"] = ident
     changed = [rel for rel, text in files.items()
                if atomic.write_if_changed(os.path.join(sdir, rel), text, 0o600 if rel == "inventory.yml" else 0o644)]
     for rel in ("etc/slurm/gres.conf", "host/gres.conf"):
@@ -338,6 +341,21 @@ def write_files(dep: Deployment, deployment_dir: str) -> tuple[dict, list[str]]:
             changed.append(rel)
     state = {"deployment": dep.deployment_name, "hosts": [asdict(h) for h in dep.ssh_hosts], "notes": notes(dep)}
     return state, changed
+
+
+def cluster_identity(sdir: str, dep: Deployment) -> dict[str, str]:
+    """{cluster, id} of the hosts' cluster: the id made at its first deploy, kept while the
+    blueprint's cluster name stays (a new name is a new cluster, with a registry of its own)."""
+    import uuid
+
+    try:
+        with open(os.path.join(sdir, "etc", "slurm", IDENTITY_FILE), encoding="utf-8") as f:
+            old = parse_identity(f.read())
+    except OSError:
+        old = None
+    if old and old.get("cluster") == dep.slurm_cluster_name:
+        return old
+    return {"cluster": dep.slurm_cluster_name, "id": uuid.uuid4().hex}
 
 
 def check_controller_hostname(deployment_dir: str, dep: Deployment) -> None:
@@ -478,7 +496,7 @@ def job_cluster(deployment_dir: str):
     h = hosts[0]
     return SshCluster(f"{h['user']}@{h['host']}:{h['port']}", identity=h.get("key"),
                       known_hosts=os.path.join(ssh_dir(deployment_dir), "known_hosts"),
-                      registry_dir=os.path.abspath(deployment_dir), deployment=os.path.abspath(deployment_dir))
+                      deployment=os.path.abspath(deployment_dir))
 
 
 class SshTarget(Target):
