@@ -19,11 +19,15 @@ def add_parsers(sub) -> None:
     p = isub.add_parser("build", help="build the blueprint's images (cached layers), then verify them")
     blueprint_args(p)
     p.add_argument("--only", metavar="NAME", help="build only this image")
-    p.add_argument("--no-verify", action="store_true", help="skip the testinfra and functional checks")
+    how = p.add_mutually_exclusive_group()
+    how.add_argument("--no-verify", action="store_true", help="skip the testinfra and functional checks")
+    how.add_argument("--verify", action="store_true",
+                     help="verify again even if the image's layers passed the same checks before (which "
+                     "are otherwise not run again: the store keeps the pass, by layer keys and checks)")
     p.add_argument("-q", "--quiet", action="store_true", help="print only the result")
     p.add_argument("--json", action="store_true", help="machine-readable result")
     p.set_defaults(run=build)
-    p = isub.add_parser("test", help="verify built images: testinfra suites and functional checks")
+    p = isub.add_parser("test", help="verify built images: testinfra suites and functional checks (always run)")
     blueprint_args(p)
     p.add_argument("--only", metavar="NAME", help="test only this image")
     p.add_argument("-q", "--quiet", action="store_true", help="print only the result")
@@ -73,7 +77,7 @@ def build(args) -> int:
     from ..images import commands
 
     exp = BlueprintRef.of(args).process()
-    res = commands.build(exp.deployment, args.only, not args.no_verify, progress_of(args))
+    res = commands.build(exp.deployment, args.only, not args.no_verify, progress_of(args), verify_again=args.verify)
     if args.json:
         print(json.dumps(res, indent=2))
     elif args.quiet:

@@ -31,7 +31,10 @@ def select(dep: Deployment, only: str | None) -> list[ImageSpec]:
     return images
 
 
-def build(dep: Deployment, only: str | None, verify: bool, progress: Progress) -> list[dict]:
+def build(dep: Deployment, only: str | None, verify: bool, progress: Progress, verify_again: bool = False
+          ) -> list[dict]:
+    """Build the images (cached layers), then verify each, unless VERIFY is off: an image whose
+    layers passed the same checks before is not verified again, unless VERIFY_AGAIN."""
     store = Store()
     out = []
     for spec in select(dep, only):
@@ -39,8 +42,9 @@ def build(dep: Deployment, only: str | None, verify: bool, progress: Progress) -
         entry = {"image": r.image, "built": r.built, "cached": r.cached, "seconds": round(r.seconds, 1),
                  "layers": r.layers}
         if verify:
-            v = verify_image(spec.name, store, progress)
+            v = verify_image(spec.name, store, progress, again=verify_again)
             entry["verified"] = v.summary
+            entry["verification_cached"] = v.cached
         progress.say(f"image {r.image}: {len(r.built)} layer(s) built, {len(r.cached)} cached, "
                      f"{r.seconds:.1f}s" + (f"; verified ({entry['verified']})" if verify else ""))
         out.append(entry)

@@ -3,6 +3,7 @@
     layers/<key>/root        the layer's files (an overlay upper dir, or the base tree)
     layers/<key>/meta.json   what built it, when, how long it took
     images/<name>.json       an image: its layer keys, bottom first, and its spec
+    verified/<name>.json     the image's last passed verification: of which layers, by which checks
 
 A layer enters the store only complete: it is built under a temporary name and renamed into
 place, so a failed or killed build never leaves a broken layer behind.
@@ -30,11 +31,12 @@ class Store:
         self.layers = os.path.join(self.root, "layers")
         self.images = os.path.join(self.root, "images")
         self.tmp = os.path.join(self.root, "tmp")
+        self.verified_dir = os.path.join(self.root, "verified")
         # root's alone: layers hold setuid binaries, and a node's upper dir what its root wrote
         os.makedirs(self.root, mode=0o700, exist_ok=True)
         if os.stat(self.root).st_mode & 0o077 and os.stat(self.root).st_uid == os.geteuid():
             os.chmod(self.root, 0o700)
-        for d in (self.layers, self.images, self.tmp):
+        for d in (self.layers, self.images, self.tmp, self.verified_dir):
             os.makedirs(d, exist_ok=True)
 
     @contextmanager
@@ -86,6 +88,24 @@ class Store:
                 return json.load(f)
         except FileNotFoundError:
             return None
+
+    def verified(self, name: str) -> dict | None:
+        """The record of image NAME's last passed verification, or None."""
+        try:
+            with open(os.path.join(self.verified_dir, f"{name}.json")) as f:
+                rec = json.load(f)
+        except (OSError, ValueError):
+            return None
+        return rec if isinstance(rec, dict) else None
+
+    def save_verified(self, name: str, record: dict) -> None:
+        atomic.write_file(os.path.join(self.verified_dir, f"{name}.json"), json.dumps(record, indent=2) + "\n")
+
+    def forget_verified(self, name: str) -> None:
+        try:
+            os.unlink(os.path.join(self.verified_dir, f"{name}.json"))
+        except FileNotFoundError:
+            pass
 
     def image_names(self) -> list[str]:
         return sorted(f[:-5] for f in os.listdir(self.images) if f.endswith(".json"))

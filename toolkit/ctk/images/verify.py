@@ -3,11 +3,13 @@ checks (munge round trip, slurmd -C, jax.devices()), run inside a node booted fr
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
 import shutil
 import sys
+import time
 from dataclasses import dataclass
 
 from .. import paths
@@ -28,14 +30,48 @@ class VerifyResult:
     passed: int
     skipped: int
     summary: str
+    cached: bool = False  # the image's layers passed these same checks before: not run again
 
 
-def verify_image(name: str, store: Store | None = None, progress: Progress | None = None) -> VerifyResult:
+def checks_digest() -> str:
+    """A digest of the checks themselves (every file of the verify suites, and this module):
+    a change of the checks verifies every image again."""
+    h = hashlib.sha256()
+    files = [os.path.abspath(__file__)]
+    for d, dirs, names in os.walk(paths.VERIFY):
+        dirs[:] = sorted(x for x in dirs if x != "__pycache__")
+        files += [os.path.join(d, n) for n in sorted(names) if not n.endswith(".pyc")]
+    for f in files:
+        h.update(os.path.relpath(f, paths.VERIFY).encode() + b"\0")
+        with open(f, "rb") as fh:
+            h.update(hashlib.sha256(fh.read()).digest())
+    return h.hexdigest()
+
+
+def cached_verification(name: str, store: Store) -> VerifyResult | None:
+    """The image's earlier passed verification, if it was of the same layers by the same checks."""
+    rec, done = store.image(name), store.verified(name)
+    if rec is None or done is None or done.get("layers") != rec["layers"] or done.get("checks") != checks_digest():
+        return None
+    return VerifyResult(name, int(done.get("passed", 0)), int(done.get("skipped", 0)),
+                        f"{done.get('summary', '')} (cached: verified {done.get('at', '?')})", cached=True)
+
+
+def verify_image(name: str, store: Store | None = None, progress: Progress | None = None,
+                 again: bool = True) -> VerifyResult:
+    """Run the image's checks in a node booted from it; unless AGAIN, an earlier pass of the
+    same layers by the same checks stands (the record is kept in the store)."""
     store = store or Store()
     progress = progress or Progress()
     rec = store.image(name)
     if rec is None:
         raise ImageVerifyError(f"no image '{name}' in {store.root}; build it first (ctk image build)")
+    if not again:
+        cached = cached_verification(name, store)
+        if cached:
+            return cached
+    store.forget_verified(name)  # a failed run below leaves no pass on record
+    checks = checks_digest()
     work = store.scratch(f"verify-{name}")
     record = os.path.join(work, "image.json")
     with open(record, "w") as f:
@@ -67,4 +103,6 @@ def verify_image(name: str, store: Store | None = None, progress: Progress | Non
     summary = next((ln for ln in reversed(tail) if re.search(r"\d+ passed", ln)), tail[-1] if tail else "")
     passed = int(re.search(r"(\d+) passed", summary).group(1)) if re.search(r"(\d+) passed", summary) else 0
     skipped = int(re.search(r"(\d+) skipped", summary).group(1)) if re.search(r"(\d+) skipped", summary) else 0
+    store.save_verified(name, {"layers": rec["layers"], "checks": checks, "passed": passed, "skipped": skipped,
+                               "summary": summary.strip(), "at": time.strftime("%Y-%m-%d %H:%M:%S")})
     return VerifyResult(name, passed, skipped, summary.strip())

@@ -1,0 +1,54 @@
+"""A verified image is not verified again unless its layers or the checks change, or the user
+asks; a failed verification leaves no pass on record."""
+
+import pytest
+
+from ctk.images import verify
+from ctk.images.store import Store
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = Store(str(tmp_path / "store"))
+    s.save_image("lab", {"layers": ["b1", "c1", "j1"], "spec": {"roles": []}})
+    return s
+
+
+def record(store, **kw):
+    rec = {"layers": ["b1", "c1", "j1"], "checks": verify.checks_digest(), "passed": 40, "skipped": 3,
+           "summary": "40 passed, 3 skipped in 9.1s", "at": "2026-12-03 21:00:00", **kw}
+    store.save_verified("lab", rec)
+
+
+def test_a_pass_of_the_same_layers_by_the_same_checks_stands(store):
+    assert verify.cached_verification("lab", store) is None  # never verified
+    record(store)
+    v = verify.cached_verification("lab", store)
+    assert v.cached and (v.passed, v.skipped) == (40, 3)
+    assert v.summary == "40 passed, 3 skipped in 9.1s (cached: verified 2026-12-03 21:00:00)"
+    assert verify.verify_image("lab", store, again=False) == v  # no node booted: the record answers
+
+
+def test_other_layers_or_other_checks_verify_again(store, monkeypatch):
+    record(store, layers=["b1", "c1", "j0"])  # the jax layer was rebuilt since
+    assert verify.cached_verification("lab", store) is None
+    record(store, checks="0" * 64)  # ctk's checks changed since
+    assert verify.cached_verification("lab", store) is None
+    record(store)
+    assert verify.cached_verification("lab", store) is not None
+    monkeypatch.setattr(verify, "checks_digest", lambda: "1" * 64)
+    assert verify.cached_verification("lab", store) is None
+    store.save_verified("lab", ["not", "a", "record"])  # a damaged file is no pass
+    assert store.verified("lab") is None
+
+
+def test_a_verification_that_fails_to_start_leaves_no_pass_on_record(store, monkeypatch):
+    record(store)
+
+    def boot(*a, **k):
+        raise RuntimeError("no node")
+
+    monkeypatch.setattr(verify.buildnode, "boot", boot)
+    with pytest.raises(RuntimeError):
+        verify.verify_image("lab", store, again=True)
+    assert store.verified("lab") is None
