@@ -7,7 +7,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # Debian packages the tests and the local target use.
-SYS_PKGS := python3-venv iproute2 slurm-wlm slurmdbd mariadb-server munge packer shellcheck debootstrap openssh-client zstd e2fsprogs buildah util-linux kmod
+SYS_PKGS := python3-venv iproute2 slurm-wlm slurmdbd mariadb-server munge packer shellcheck debootstrap mmdebstrap openssh-client zstd e2fsprogs buildah util-linux kmod
 # Base debian-13 is debootstrapped from trixie, whose Release debootstrap checks with the trixie
 # keys: Debian 12's debian-archive-keyring has them since 2023.3+deb12u2 (Debian 12.11), so an
 # older one is upgraded (a Debian 13 host has them).
