@@ -6,8 +6,12 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-# Debian packages the tests and the local target use.
-SYS_PKGS := python3-venv iproute2 slurm-wlm slurmdbd mariadb-server munge packer shellcheck debootstrap mmdebstrap openssh-client zstd e2fsprogs buildah util-linux kmod
+# Debian packages the demo (the local target) uses: iproute2 and util-linux for the lab's
+# networks and namespaces, packer, mmdebstrap for the bases, ssh for the login node.
+DEMO_PKGS := python3-venv iproute2 packer mmdebstrap openssh-client util-linux
+# ... and the tests: this machine's own Slurm, slurmdbd, MariaDB and munge (tests run them beside
+# the labs), debootstrap (the roles' tests' chroot), the exports' tools, shellcheck.
+SYS_PKGS := $(DEMO_PKGS) slurm-wlm slurmdbd mariadb-server munge shellcheck debootstrap zstd e2fsprogs buildah kmod
 # Base debian-13 is debootstrapped from trixie, whose Release debootstrap checks with the trixie
 # keys: Debian 12's debian-archive-keyring has them since 2023.3+deb12u2 (Debian 12.11), so an
 # older one is upgraded (a Debian 13 host has them).
@@ -20,12 +24,13 @@ ANSIBLE_VERSION := 12.3.0
 ANSIBLE_VENV := $(CTK_DEV_DIR)/venv
 ANSIBLE_STAMP := $(ANSIBLE_VENV)/.ansible-$(ANSIBLE_VERSION)
 
-.PHONY: all deps sysdeps pydeps testdeps demo test test-accel test-unit test-integration lint clean
+.PHONY: all deps sysdeps demo-sysdeps pydeps testdeps demo test test-accel test-unit test-integration lint clean
 
 all: test
 
-sysdeps:
-	@missing=$$(for p in $(SYS_PKGS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done; \
+sysdeps demo-sysdeps: PKGS = $(if $(filter demo-sysdeps,$@),$(DEMO_PKGS),$(SYS_PKGS))
+sysdeps demo-sysdeps:
+	@missing=$$(for p in $(PKGS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done; \
 	  [ -e $(TRIXIE_KEY) ] || echo debian-archive-keyring); \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:" $$missing; \
@@ -55,7 +60,7 @@ testdeps: deps $(ANSIBLE_STAMP)
 # 2 nodes (submitted through the login node over SSH, as the lab's user researcher), and leave
 # the cluster up.
 LAB_SSH := -F lab/lab/ssh_config
-demo: deps
+demo: demo-sysdeps pydeps
 	$(VENV)/bin/ctk show blueprints/lab.yaml
 	$(VENV)/bin/ctk image build blueprints/lab.yaml
 	$(VENV)/bin/ctk deploy blueprints/lab.yaml -o lab
