@@ -89,8 +89,10 @@ test: testdeps
 test-accel: testdeps
 	$(PY) -m pytest -q -p no:cacheprovider --durations=10 $(ACCEL_TESTS)
 
-test-unit: deps
-	$(PY) -m pytest -q -p no:cacheprovider tests/unit
+# The fast tier: no root, no apt, no network, no daemon; as another user than root, the tests
+# that need root (marked `root`) are left out.
+test-unit: pydeps
+	$(PY) -m pytest -q -p no:cacheprovider $(if $(filter 0,$(shell id -u)),,-m "not root") tests/unit
 
 test-integration: testdeps
 	$(PY) -m pytest -q -p no:cacheprovider -m integration tests

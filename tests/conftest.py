@@ -35,6 +35,9 @@ def pytest_configure(config):
         "markers", f"ct_fixtures: reads {FIXTURES_REL}; skipped with the reason when it is absent")
     config.addinivalue_line(
         "markers", f"requires_gpu: needs NVIDIA GPU hardware; skipped ('{GPU_SKIP_PREFIX} ...') without it")
+    config.addinivalue_line(
+        "markers", "root: needs root (files of other owners, /run/ctk, capabilities); skipped without it, "
+        "and left out of `make test-unit` run as another user")
     # The inner pytest of `ctk image build/test` (CTK_IMAGE_VERIFY) is ctk's own verification, whose
     # skips (a role the image does not have) are part of its result, not tests CI failed to run.
     if os.environ.get("CTK_NO_SKIP") and not os.environ.get("CTK_IMAGE_VERIFY"):
@@ -49,6 +52,8 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.skip(reason=FIXTURES_MISSING), append=False)
         if gpu_reason and item.get_closest_marker("requires_gpu"):
             item.add_marker(pytest.mark.skip(reason=gpu_reason), append=False)
+        if os.geteuid() != 0 and item.get_closest_marker("root"):
+            item.add_marker(pytest.mark.skip(reason="needs root"), append=False)
 
 
 class NoSkip:

@@ -20,6 +20,10 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import roles_helpers as rh  # noqa: E402
 
+# tarfile's extraction filters came in Python 3.11.4 (Debian 12 has 3.11.2): where they exist,
+# the safe one; the archive is ctk's own either way.
+SAFE_EXTRACT = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+
 from ctk import paths  # noqa: E402
 from ctk.cli import main  # noqa: E402
 
@@ -56,7 +60,7 @@ def tarball(node):
     assert main(["create", GCP_JAX, "-o", str(out)]) == 0
     roles = work / "vm"
     with tarfile.open(out / "gcp" / "ctk-roles.tar.gz") as tar:
-        tar.extractall(roles, filter="data")
+        tar.extractall(roles, **SAFE_EXTRACT)
     return roles
 
 

@@ -21,6 +21,10 @@ from ctk.cli import main
 from ctk.modules import slurm_gcp
 from test_golden import CASES
 
+# tarfile's extraction filters came in Python 3.11.4 (Debian 12 has 3.11.2): where they exist,
+# the safe one; the archive is ctk's own either way.
+SAFE_EXTRACT = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+
 GCP_JAX = os.path.join(paths.BLUEPRINTS, "gcp-jax.yaml")
 VARS = "project_id=demo-project,deployment_name=demo"
 # Blueprints whose deployment folder gets gcp/, with the arguments `ctk create` needs (the golden
@@ -171,7 +175,7 @@ def test_the_roles_in_the_tarball_pass_ansibles_syntax_check(tmp_path, capsys):
     gcp = create("gcp-jax", tmp_path / "dep", capsys)
     root = tmp_path / "vm"
     with tarfile.open(gcp / "ctk-roles.tar.gz") as tar:
-        tar.extractall(root, filter="data")
+        tar.extractall(root, **SAFE_EXTRACT)
     playbook = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
     for image in ("jax-cpu", "jax-cuda"):
         r = subprocess.run([playbook, "--syntax-check", "-i", "localhost,", "-c", "local", str(root / "ansible" / "site.yml"),

@@ -11,6 +11,8 @@ import pytest
 from ctk.cli import main
 from ctk.targets.local import destroy_local, kept_data, lab_identity
 
+pytestmark = pytest.mark.root  # destroy frees the lab's lease in /run/ctk
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LAB = os.path.join(REPO, "blueprints", "lab.yaml")
 

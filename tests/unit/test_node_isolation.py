@@ -40,6 +40,7 @@ def _tree(tmp_path):
     return tmp_path
 
 
+@pytest.mark.root  # files owned by other users
 def test_service_accounts_move_into_ctks_numbers_with_their_files(tmp_path):
     tree = _tree(tmp_path)
     key = tree / "etc" / "munge.key"
@@ -105,7 +106,7 @@ def test_node_capabilities_leave_out_what_reaches_the_host():
     assert caps.numbers(caps.BUILD) - keep == {caps.NAMES.index("setfcap"), caps.NAMES.index("sys_ptrace")}
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="confining capabilities needs root")
+@pytest.mark.root  # confining capabilities
 def test_confine_drops_the_bounding_set_for_good():
     code = ("import os, sys\nsys.path.insert(0, %r)\nfrom ctk.sandbox import caps\ncaps.confine(caps.NODE)\n"
             "print(sorted(caps.bounding_set()))\n"

@@ -12,7 +12,7 @@ from ctk.sandbox import secretfiles
 from ctk.sandbox.daemons import ensure_munge_key
 from ctk.sandbox.sshd import keypair
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="owners other than root need root to make")
+pytestmark = pytest.mark.root  # owners other than root need root to make
 
 
 def _outside(tmp_path):

@@ -35,9 +35,10 @@ def build(dep: Deployment, only: str | None, verify: bool, progress: Progress, v
           ) -> list[dict]:
     """Build the images (cached layers), then verify each, unless VERIFY is off: an image whose
     layers passed the same checks before is not verified again, unless VERIFY_AGAIN."""
+    images = select(dep, only)  # bad input first: exit 2 before the store is touched
     store = Store()
     out = []
-    for spec in select(dep, only):
+    for spec in images:
         r = build_image(spec, store, progress)
         entry = {"image": r.image, "built": r.built, "cached": r.cached, "seconds": round(r.seconds, 1),
                  "layers": r.layers}
@@ -52,8 +53,9 @@ def build(dep: Deployment, only: str | None, verify: bool, progress: Progress, v
 
 
 def test(dep: Deployment, only: str | None, progress: Progress) -> list[dict]:
+    images = select(dep, only)
     store = Store()
-    return [vars(verify_image(spec.name, store, progress)) for spec in select(dep, only)]
+    return [vars(verify_image(spec.name, store, progress)) for spec in images]
 
 
 def _du(path: str) -> int:
