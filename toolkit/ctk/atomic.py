@@ -24,9 +24,11 @@ def write_file(path: str, data: str | bytes, mode: int = 0o644) -> None:
             os.fsync(f.fileno())
         os.chmod(tmp, mode)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(e, OSError) and e.filename is None:  # a write or fsync: name the file it was for
+            raise OSError(e.errno, e.strerror, path) from None
         raise
 
 

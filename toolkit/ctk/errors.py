@@ -53,6 +53,37 @@ class Failure(CtkError):
     kind = "failure"
 
 
+_OS_HINTS = {
+    "ENOSPC": "free space on that filesystem (df -h shows it); ctk's images and labs live under "
+              "CTK_STATE_DIR (default /var/lib/ctk), which may point at a bigger disk",
+    "EDQUOT": "your disk quota is used up there: free some, or write elsewhere",
+    "EACCES": "ctk cannot write or read there as this user: labs and images need root (sudo), "
+              "other files a folder you own",
+    "EPERM": "the operation is not permitted there: labs and images need root (sudo)",
+    "EROFS": "that filesystem is mounted read-only: write elsewhere (-o DIR, CTK_STATE_DIR)",
+    "EMFILE": "too many open files: raise the limit (ulimit -n) and run it again",
+}
+
+
+def os_failure(e: OSError) -> Failure:
+    """An OSError as the user reads it: what went wrong, on which path (or, where the system did
+    not say, in which step of ctk), and what to do; exit 1 (the input was fine)."""
+    import errno as errno_
+    import os
+    import traceback
+
+    code = errno_.errorcode.get(e.errno or 0, "")
+    what = e.strerror or str(e)
+    if e.filename is not None:
+        where = os.fsdecode(e.filename) + (f" -> {os.fsdecode(e.filename2)}" if e.filename2 is not None else "")
+    else:  # a write to an open file or socket: the system names no path; say where ctk was
+        frames = [f for f in traceback.extract_tb(e.__traceback__) if "/ctk/" in f.filename.replace(os.sep, "/")]
+        f = frames[-1] if frames else None
+        where = (f"no path given by the system, in {f.name} ({os.path.basename(f.filename)}:{f.lineno})"
+                 if f else "no path given by the system")
+    return Failure(f"{what} ({code or e.errno}): {where}", hint=_OS_HINTS.get(code, ""))
+
+
 def did_you_mean(name: str, candidates: Iterable[str]) -> str:
     """A hint naming the closest candidate, or '' when nothing is close."""
     import difflib  # here: every command imports this module, few need a hint

@@ -29,6 +29,7 @@ def run(argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: str |
     Returns the tail of the output; raises CommandError on a non-zero exit."""
     tail: collections.deque[str] = collections.deque(maxlen=tail_lines)
     log = open(log_path, "a") if log_path else None
+    proc = None
     try:
         proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 errors="replace", env=dict(env) if env is not None else None, cwd=cwd,
@@ -38,13 +39,22 @@ def run(argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: str |
             line = line.rstrip("\n")
             tail.append(line)
             if log:
-                log.write(line + "\n")
+                try:
+                    log.write(line + "\n")
+                except OSError as e:  # a full disk names no file: the log it was for
+                    raise OSError(e.errno, e.strerror, log_path) from None
             if on_line:
                 on_line(line)
         rc = proc.wait(timeout=timeout)
     finally:
+        if proc is not None and proc.poll() is None:  # we stop reading: the command stops too
+            proc.kill()
+            proc.wait()
         if log:
-            log.close()
+            try:
+                log.close()
+            except OSError:
+                pass
     if rc != 0:
         raise CommandError(argv, rc, "\n".join(tail), what)
     return list(tail)

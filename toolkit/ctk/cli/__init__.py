@@ -73,8 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     except CtkError as e:
         return _report(e, as_json)
     except OSError as e:  # a path the user named that cannot be read or written, a full disk
-        from ..errors import Failure
-        return _report(Failure(str(e)), as_json)
+        from ..errors import os_failure
+        return _report(os_failure(e), as_json)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

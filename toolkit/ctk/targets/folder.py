@@ -144,8 +144,13 @@ def create(exp: Expanded, dep: Deployment, out_dir: str, overwrite: bool = False
         for rel, text in files.items():
             path = os.path.join(stage, rel)
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(path, "wb") as f:
-                f.write(text.encode() if isinstance(text, str) else text)
+            try:
+                with open(path, "wb") as f:
+                    f.write(text.encode() if isinstance(text, str) else text)
+            except OSError as e:  # a full disk names no file: name the one it was for
+                if e.filename is None:
+                    raise OSError(e.errno, e.strerror, os.path.join(out_dir, rel)) from None
+                raise
         for rel, src in exp.staged.items():
             dest = os.path.join(stage, rel)
             if os.path.isdir(src):
