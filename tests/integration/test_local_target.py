@@ -585,6 +585,33 @@ def _nothing_left(lab, n, pids):
     assert not [x for x in os.listdir("/sys/class/net") if x.startswith(f"ctk{n}v")]
 
 
+def test_a_daemon_that_dies_as_the_lab_comes_up_is_named_with_its_last_errors(lab_build, state, tmp_path_factory):
+    """slurmctld refusing its saved state (another cluster's: CLUSTER NAME MISMATCH) stops the
+    deploy at once, naming the node, the daemon and its fatal line, not after the ready timeout;
+    nothing the deploy started is left running, and with the state fixed the next deploy works."""
+    lab = deploy(tmp_path_factory, state, "dies", LAB)
+    try:
+        assert lab.ctk("destroy", lab.path).returncode == 0
+        name = os.path.join(lab.path, "lab", "slurmctld", "clustername")
+        real = open(name).read()
+        with open(name, "w") as f:
+            f.write("other" + real[real.index("|"):] if "|" in real else "other\n")
+        t0 = time.monotonic()
+        r = lab.ctk("deploy", LAB, "-o", lab.path)
+        took = time.monotonic() - t0
+        print(f"a deploy whose slurmctld dies at start fails in {took:.1f} s")
+        assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+        assert "slurmctld on lab-controller exited with status 1 while the lab came up" in r.stderr, r.stderr
+        assert "fatal: CLUSTER NAME MISMATCH" in r.stderr and "slurmctld.log" in r.stderr, r.stderr
+        _nothing_left(lab, None, [])
+        with open(name, "w") as f:
+            f.write(real)
+        r = lab.ctk("deploy", LAB, "-o", lab.path)
+        assert r.returncode == 0, r.stderr[-3000:]
+    finally:
+        lab.ctk("destroy", "--purge", lab.path)
+
+
 def test_destroy_keeps_users_data_for_the_next_deploy_and_purge_deletes_it(lab_build, state, tmp_path_factory):
     """`ctk destroy` stops every process, mount and network of the lab and keeps what users made:
     a file in /home, the accounting database (sacct still lists an earlier job), the controller's

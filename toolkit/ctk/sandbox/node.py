@@ -95,6 +95,17 @@ def node_alive(state_dir: str) -> int | None:
     return node_pid(state_dir) or _monitor_pid(state_dir)
 
 
+def service_states(state_dir: str) -> dict[str, dict]:
+    """{service: {"running": bool, "exit": code, "error": why it did not start}} of a node, as
+    its PID 1 last reported; {} before it reported."""
+    try:
+        with open(os.path.join(state_dir, "services.json")) as f:
+            states = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return {k: v for k, v in states.items() if isinstance(v, dict)} if isinstance(states, dict) else {}
+
+
 def dead_services(state_dir: str) -> list[str]:
     """Services of a running node that have exited (a killed slurmd, a crashed munged)."""
     try:
