@@ -6,7 +6,6 @@ preempted (run in the background from the start of the session, see conftest.py)
 
 import json
 import os
-import re
 import shutil
 import time
 
@@ -15,7 +14,7 @@ import pytest
 from ctk import paths
 from ctk.targets.labagent import read_events
 from ctk.targets.local import status_local
-from .conftest import ctk, soak_result, user_home
+from .conftest import soak_result, user_home
 from .soak import committed_before
 from .test_jobs import check_resumed, final_line, submit_preemptible, train_cmd, wait_for_step
 from .test_local_target import deploy
