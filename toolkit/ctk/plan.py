@@ -10,7 +10,7 @@ import re
 from typing import Any
 
 from .blueprint.errors import BlueprintError, Collector, did_you_mean
-from .blueprint.expand import Expanded, ExpandedModule
+from .blueprint.expand import Expanded, ExpandedModule, setting_pos as _setting_pos
 from .blueprint.expression import CannotEvaluate, Deferred, is_deferred
 from .model import (BASES, BASE_PYTHON, DEFAULT_BASE, LAB_IDS, NO_SPOT_HINT, SERVICE_IDS, Controller, Deployment,
                     ImageSpec, LabSettings, Login, Nodeset, Partition, SharedFs, SshHost, Unsupported, base_python)
@@ -86,19 +86,6 @@ def _num(v) -> int | float | None:
     if not isinstance(v, (int, float)) or not math.isfinite(v):
         return None
     return int(v) if isinstance(v, float) and v.is_integer() else v
-
-
-def _setting_pos(exp: Expanded, em: ExpandedModule, name: str, *keys: str, key: bool = False):
-    """Where a module's setting (or a key inside it, KEY: the key itself) was said: the
-    setting, else the var it came from, else the module's id."""
-    if name in em.explicit:
-        doc, path = exp.blueprint.doc, em.module.path + ("settings", name)
-    elif name in em.from_vars and name in exp.var_sources:
-        src = exp.var_sources[name]
-        doc, path = src.doc, src.path
-    else:
-        return exp.blueprint.doc.pos(em.module.path + ("id",))
-    return doc.key_pos(path + keys) if key else doc.pos(path + keys)
 
 
 def _object(exp: Expanded, em: ExpandedModule, name: str, keys: dict[str, str], c: Collector) -> dict[str, Any]:

@@ -119,6 +119,19 @@ class Expanded:
         return out
 
 
+def setting_pos(exp: Expanded, em: ExpandedModule, name: str, *keys, key: bool = False):
+    """Where a module's setting (or a key inside it, KEY: the key itself) was said: the
+    setting, else the var it came from, else the module's id."""
+    if name in em.explicit:
+        doc, path = exp.blueprint.doc, em.module.path + ("settings", name)
+    elif name in em.from_vars and name in exp.var_sources:
+        src = exp.var_sources[name]
+        doc, path = src.doc, src.path
+    else:
+        return exp.blueprint.doc.pos(em.module.path + ("id",))
+    return doc.key_pos(path + keys) if key else doc.pos(path + keys)
+
+
 def plain(v):
     """Values for YAML/JSON output: Deferred becomes the blueprint text it stands for."""
     if isinstance(v, Deferred):

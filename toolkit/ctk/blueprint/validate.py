@@ -7,10 +7,10 @@ import os
 
 import difflib
 
-from ..modules import ALL_KINDS, is_remote
+from ..modules import ALL_KINDS, ct_checks, is_remote
 from .errors import BlueprintError, Collector, did_you_mean
-from .expand import INVALID, Expanded
-from .expression import Deferred, is_deferred
+from .expand import INVALID, Expanded, ExpandedModule, setting_pos
+from .expression import Deferred, is_deferred, resolve
 from .structure import NAME_RE
 
 # Vars every deployment has a use for, even when no module names them.
@@ -156,7 +156,56 @@ def validate(exp: Expanded, c: Collector) -> None:
                     c.add(f"module '{mod.id}' has no output '{name}'", doc.pos(mod.path + ("outputs", oi)),
                           did_you_mean(name, schema.output_names))
 
+    _ct_checks(exp, c)
     _validators(exp, c)
+
+
+def _known(v):
+    """V with each value known only at deploy time (a module output, an uncomputed call) as UNKNOWN."""
+    if isinstance(v, Deferred):
+        return ct_checks.UNKNOWN
+    if isinstance(v, dict):
+        return {k: _known(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_known(x) for x in v]
+    return v
+
+
+def _ct_checks(exp: Expanded, c: Collector) -> None:
+    """The validation blocks and preconditions of Cluster Toolkit's Slurm modules (the table in
+    ctk.modules.ct_checks), each at the setting that breaks it."""
+    views: dict[str, ct_checks.Values] = {}
+
+    def view(em: ExpandedModule) -> ct_checks.Values:
+        if em.id not in views:
+            fed = lambda name: [view(m) for m in map(exp.module, em.modules_feeding(name)) if m is not None]
+            # resolve without a callback to note failures: a call ctk cannot compute stays deferred
+            # here, and planning reports it only where ctk itself needs the value.
+            settings = {k: _known(resolve(x, lambda *_: None)) for k, x in em.settings.items()}
+            defaults = {i.name: i.default for i in em.schema.inputs} if em.schema else {}
+            views[em.id] = ct_checks.Values(em.id, settings, defaults, fed)
+        return views[em.id]
+
+    def said_first(em: ExpandedModule, at: tuple[str, ...]) -> tuple:
+        paths = [tuple(a.split(".")) for a in at]
+        return next((p for p in paths if p[0] in em.explicit or p[0] in em.from_vars), paths[0])
+
+    for em in exp.modules:
+        checks = ct_checks.for_source(em.schema.source) if em.schema else []
+        for check in checks:
+            v = view(em)
+            try:
+                found = check.broken(v)
+            except ct_checks.Unknown:
+                continue  # Terraform's to decide
+            if not found:
+                continue
+            if not isinstance(found, ct_checks.Found):
+                found = ct_checks.Found()
+            target = exp.module(found.of.module_id) if found.of else em
+            path = found.at or said_first(target, check.at or (check.block,))
+            c.add(f"{ct_checks.WHAT[em.schema.source]} '{em.id}': {check.message.format(v=v, **found.info)}",
+                  setting_pos(exp, target, *path, key=found.key), check.hint.format(v=v, **found.info))
 
 
 def _check_embedded_source(doc, mod, c: Collector) -> None:
