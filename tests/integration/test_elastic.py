@@ -99,6 +99,40 @@ def test_a_3_node_job_boots_powered_down_nodes_which_power_down_after_suspend_ti
     assert not any(power(elab)[n][1] for n in used)  # their daemons are gone with them
 
 
+def test_a_lab_whose_agent_died_says_so_and_heals_on_the_next_deploy(elab):
+    """With the agent killed, ctk status says it is down and what that stops; a dynamic node Slurm
+    then holds DOWN and powered down (as after ResumeTimeout with no one to boot it) is put right
+    by the agent the next deploy starts, at its first look: a job on every dynamic node runs."""
+    import signal
+
+    pdir = os.path.join(elab.path, "lab", "power")
+    pid = int(open(os.path.join(pdir, "agent.pid")).read())
+    os.kill(pid, signal.SIGKILL)
+    for _ in range(100):
+        if not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z":
+            break
+        time.sleep(0.05)
+    r = elab.ctk("status", elab.path)
+    assert "preempts Spot nodes): down" in r.stdout and "no dynamic node powers up or down" in r.stdout, r.stdout
+    assert f"ctk deploy BLUEPRINT -o {elab.path}` starts it again" in r.stdout, r.stdout
+    dyn = sorted(n for n in power(elab) if "dyn" in n)
+    stuck = dyn[0]
+    elab.slurm("scontrol", "update", f"NodeName={stuck}", "State=DOWN", "Reason=no one booted it")
+    assert power(elab)[stuck][2].startswith("down") and power(elab)[stuck][2].endswith("~"), power(elab)
+    t0 = time.time()
+    r = elab.ctk("deploy", ELASTIC, "-o", elab.path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    jid = elab.slurm("sbatch", "--parsable", f"-N{len(dyn)}", "-p", "dynamic", "-o", "/dev/null",
+                     "--wrap", "srun true").stdout.strip()
+    deadline = time.monotonic() + 150
+    while job_info(elab, jid).get("JobState", "GONE") not in ENDED:
+        assert time.monotonic() < deadline, (job_info(elab, jid), power(elab))
+        time.sleep(0.5)
+    assert job_info(elab, jid)["JobState"] == "COMPLETED", job_info(elab, jid)
+    healed = [e for e in read_events(pdir) if e["epoch"] >= t0 and e["event"] == "resynced"]
+    assert [(e["node"], e["action"]) for e in healed][:1] == [(stuck, "powered down again")], healed
+
+
 def test_train_on_two_spot_nodes_survives_ctk_preempt_with_the_same_final_step_and_loss(elab):
     # the uninterrupted run, on the static debug nodes (the same 2 processes)
     r = elab.ctk("job", "submit", "jax-train", "--deployment", elab.path, "--nodes", "2", "--set", "partition=debug",

@@ -145,6 +145,11 @@ class Status:
                              f"{p.state:<10} {p.gres:<14} {p.nodelist}")
         if self.agent:
             lines += ["", "lab agent (powers dynamic nodes up and down, preempts Spot nodes): " + self.agent]
+            if self.agent == "down":
+                lines.append(f"  while it is down, no dynamic node powers up or down (jobs that need one pend, then "
+                             f"Slurm marks the node DOWN after ResumeTimeout), and no preemption or flex-start "
+                             f"take-back happens; `ctk deploy BLUEPRINT -o {folder}` starts it again, and it puts "
+                             f"the nodes right")
             for ev in self.events:
                 lines.append(f"  {ev.get('time', '')}  {ev.get('event', '')} {ev.get('node', '')}"
                              + "".join(f" {k}={v}" for k, v in sorted(ev.items())

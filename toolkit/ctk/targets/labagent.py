@@ -41,8 +41,7 @@ from ..sandbox import node as nodes
 from ..sandbox.proc import running_pid
 
 POLL = 0.2  # seconds between looks at the request folder and the timers
-SYNC = 3.0  # seconds between looks at Slurm's view of the nodes after a take-back (Agent.sync)
-SYNC_FOR = 120.0  # seconds after a take-back during which it looks
+SYNC = 3.0  # seconds between looks at Slurm's view of the nodes (Agent.sync), from the start
 WORKERS = 8  # nodes booted or stopped at once
 # What a lab node takes of this machine's memory, idle (bench/lab_scale.py measures it): a
 # compute node's nodeinit, munged and slurmd; the controller's MariaDB and slurmctld, and the
@@ -119,8 +118,7 @@ class Agent:
             if x.get("flex") and self.running(name):
                 self.up_since[name] = time.monotonic()
         self.stopping = False
-        self.next_sync = 0.0
-        self.sync_until = 0.0  # a take-back makes the agent look at Slurm's node states until then
+        self.next_sync = 0.0  # the first look is at once: an agent that was down finds what drifted
         if self.chaos:
             self.event("chaos", mean_interval=self.chaos, seed=seed)
 
@@ -215,7 +213,7 @@ class Agent:
             # DOWN as well: slurmctld stops waiting for the gone node to end its jobs (they
             # would be COMPLETING until it gave up on the node), and requeues them now.
             self.slurm("scontrol", "update", f"NodeName={name}", "State=DOWN", f"Reason=ctk: {by}")
-            self.sync_until = time.monotonic() + SYNC_FOR
+            self.next_sync = 0.0  # look again soon: the DOWN of a take-back comes late
             self.event("down", name, by=by, seconds=round(time.monotonic() - t0, 2))
         except Exception as e:  # noqa: BLE001 - recorded; the agent keeps going
             self.event("error", name, during=by, error=str(e)[-1000:])
@@ -286,20 +284,34 @@ class Agent:
         return now + self.rng.expovariate(1 / self.chaos) if self.chaos > 0 else None
 
     def sync(self) -> None:
-        """What slurm-gcp's slurmsync does for a cloud: a node of ours that Slurm holds DOWN and
-        powered down (a take-back whose DOWN came after its power-down had begun) is powered
-        down again, which makes it idle (idle_on_node_suspend) and usable by the next job."""
+        """Where Slurm's view of our nodes and ours differ, put it right (what slurm-gcp's
+        slurmsync does for a cloud), at the start and every SYNC seconds:
+        - DOWN and powered down (a take-back whose DOWN came after its power-down began, or a
+          node whose boot no one did while the agent was down, past ResumeTimeout): powered
+          down again, which makes it idle (idle_on_node_suspend) and usable by the next job;
+        - powering up (a resume this agent never saw: it died after taking the request): booted;
+        - powered down in Slurm, yet running here (a suspend it never saw): stopped."""
         out = self.slurm("sinfo", "-h", "-N", "-o", "%N %T") or ""
-        stuck = sorted({name for name, st in (ln.split() for ln in out.splitlines() if len(ln.split()) == 2)
-                        if name in self.nodes and st.startswith("down") and st.endswith("~")})
+        states = {name: st for name, st in (ln.split() for ln in out.splitlines() if len(ln.split()) == 2)
+                  if name in self.nodes}
         with self.lock:
             busy = set(self.busy)
-        for name in stuck:
-            if name not in busy and name not in self.notices and not self.running(name):
+        for name, st in sorted(states.items()):
+            if name in busy or name in self.notices or name in self.boot_at or name in self.capacity_at:
+                continue  # ours is under way
+            running = self.running(name)
+            if st.startswith("down") and st.endswith("~") and not running:
                 self.slurm("scontrol", "update", f"NodeName={name}", "State=POWER_DOWN_FORCE",
                            "Reason=ctk: powered down again to be usable")
-                self.event("resynced", name, state=dict(ln.split() for ln in out.splitlines()
-                                                        if len(ln.split()) == 2).get(name))
+                self.event("resynced", name, state=st, action="powered down again")
+            elif not self.nodes[name].get("dynamic"):
+                continue  # a static node powers neither up nor down
+            elif st.endswith("#") and not running:
+                if self.submit(name, self._boot, "resynced: Slurm is powering it up"):
+                    self.event("resynced", name, state=st, action="booted")
+            elif st.endswith("~") and running and not st.startswith("down"):
+                if self.submit(name, self._stop, "resynced: Slurm holds it powered down"):
+                    self.event("resynced", name, state=st, action="stopped")
 
     def tick(self) -> None:
         try:
@@ -337,7 +349,7 @@ class Agent:
             if run and now - since >= run and name not in self.notices:
                 if self.submit(name, self._take_back, f"flex-start max_run_duration ({run} s)"):
                     self.up_since.pop(name, None)
-        if now >= self.next_sync and now < self.sync_until:
+        if now >= self.next_sync:
             self.next_sync = now + SYNC
             self.sync()
         if self.next_chaos is not None and now >= self.next_chaos:
