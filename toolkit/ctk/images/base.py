@@ -67,6 +67,18 @@ def base_key(base: str, tool: str | None = None) -> str:
     return "base-" + hashlib.sha256(json.dumps(desc, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def chosen_base_key(store: Store, base: str) -> str:
+    """The key the base will have: a cached base of the tool this machine uses, else one the
+    other tool made (it stands, as any cached layer), else the tool's new one."""
+    tool = bootstrapper()
+    key = base_key(base, tool)
+    if not store.has(key) and not os.environ.get("CTK_BOOTSTRAP"):
+        other = base_key(base, "debootstrap" if tool == "mmdebstrap" else "mmdebstrap")
+        if store.has(other):
+            return other
+    return key
+
+
 def ensure_base(store: Store, base: str, progress: Progress) -> str:
     """The key of the base layer, building it (mmdebstrap, else debootstrap) if it is not cached."""
     if base not in SUITES:

@@ -30,7 +30,7 @@ from ..stacks.drivers import cuda_toolkit
 from ..stacks.rolevars import role_variables
 from . import buildnode, packer
 from .accounts import renumber
-from .base import base_key as base_layer_key, ensure_base
+from .base import chosen_base_key, ensure_base
 from .store import Store
 
 LAYER_VERSION = 2  # bump when the way layers are built changes
@@ -323,7 +323,7 @@ def build_image(spec: ImageSpec, store: Store | None = None, progress: Progress 
     stack = get_stack(spec.stack, stacks_path)
     # Planned before any work: a stack without a lock for the base's Python stops the build here.
     lock = image_lock(spec, stack)
-    layers = plan_layers(spec, base_layer_key(spec.base), stack)
+    layers = plan_layers(spec, chosen_base_key(store, spec.base), stack)
     t0 = time.monotonic()
     with store.lock():
         reaped = store.reap()  # what a build killed part-way left running and half-written
