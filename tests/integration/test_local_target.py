@@ -766,8 +766,9 @@ def test_job_submit_wait_exits_with_the_jobs_exit_code(lab):
     assert r.returncode == 3, (r.stdout, r.stderr)
 
 
-def test_job_api_cancel_and_status_of_several_jobs(lab):
+def test_job_api_cancel_and_status_of_several_jobs(lab, monkeypatch):
     from ctk.jobs import Job, submit
+    monkeypatch.setenv("XDG_STATE_HOME", lab.env["XDG_STATE_HOME"])  # the registry `lab.ctk` reads
     job = submit("jax-train", {"partition": "debug"}, lab.path, command=["sleep", "300"])
     assert isinstance(job, Job) and job.id.isdigit()
     for _ in range(100):
