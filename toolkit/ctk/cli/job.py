@@ -231,8 +231,8 @@ def logs(args) -> int:
     if args.follow:
         jobcli.follow(job, sys.stdout, task=task, stderr=args.stderr)
     else:
-        sys.stdout.write(job.logs(stderr=args.stderr, task=task))
-        lost = job.missing_logs(stderr=args.stderr, task=task)
+        text, lost = job.read_logs(stderr=args.stderr, task=task)
+        sys.stdout.write(text)
         if lost:
             sys.stdout.flush()
             state = job.state

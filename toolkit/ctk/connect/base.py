@@ -115,6 +115,17 @@ def parse_identity(text: str) -> dict[str, str] | None:
     return None
 
 
+def next_identity(held: dict | None, cluster: str) -> dict[str, str]:
+    """{cluster, id} for a deploy of CLUSTER where HELD was (an identity, or None): its id while
+    the cluster stays the same, else a new one (a new cluster starts with a registry of its own)."""
+    import uuid
+
+    old = (held or {}).get("id")
+    if held and held.get("cluster") == cluster and isinstance(old, str) and _SAFE_ID.fullmatch(old):
+        return {"cluster": cluster, "id": old}
+    return {"cluster": cluster, "id": uuid.uuid4().hex}
+
+
 def registry_home(ident: dict[str, str]) -> str:
     """The registry folder of the cluster IDENT names (see parse_identity)."""
     leaf = f"{ident['cluster']}-{ident['id']}" if ident.get("id") else f"{ident['cluster']}@{ident['controller']}"
@@ -213,21 +224,6 @@ class HereCluster(Cluster):
 
     def __repr__(self) -> str:
         return f"HereCluster({self.conf!r})"
-
-    def identity(self) -> dict[str, str] | None:
-        """From the files beside SLURM_CONF (no process); from the controller where there is no
-        slurm.conf (a configless node)."""
-        if not os.path.isfile(self.conf):
-            return super().identity()
-        for path in (os.path.join(os.path.dirname(self.conf), IDENTITY_FILE), self.conf):
-            try:
-                with open(path, encoding="utf-8", errors="replace") as f:
-                    ident = parse_identity(f.read(1 << 20))
-            except OSError:
-                continue
-            if ident:
-                return ident
-        return None
 
     def check(self) -> "HereCluster":
         import shutil

@@ -128,23 +128,28 @@ class Job:
         """The raw bytes of one log (of array task TASK) from byte OFFSET (b"" while there is none)."""
         return self.cluster.read(self.log_paths(task)[1 if stderr else 0], offset) or b""
 
-    def missing_logs(self, stderr: bool = False, task: str | None = None) -> list[str]:
-        """The paths of the logs asked for (every task's of an array job) that are not there."""
+    def read_logs(self, stderr: bool = False, task: str | None = None) -> tuple[str, list[str]]:
+        """(the job's stdout or stderr so far, the paths of those logs that are not there), each
+        log read once. An array job's logs are its tasks' logs, one after another, each under a
+        header line."""
         tasks = [task] if task is not None or not self.tasks else self.tasks
-        paths = [self.log_paths(t)[1 if stderr else 0] for t in tasks]
-        return [p for p in paths if self.cluster.read(p, 1 << 40, missing=None) is None]  # past any log's end: no bytes moved
+        parts, missing = [], []
+        for t in tasks:
+            path = self.log_paths(t)[1 if stderr else 0]
+            data = self.cluster.read(path, 0, missing=None)
+            if data is None:
+                missing.append(path)
+                continue
+            text = data.decode("utf-8", errors="replace")
+            if len(tasks) > 1 or (self.tasks and task is None):
+                parts.append(f"==> {self.id}_{t} <==\n{text}" if text else "")
+            else:
+                parts.append(text)
+        return "".join(parts), missing
 
     def logs(self, stderr: bool = False, task: str | None = None) -> str:
-        """The job's stdout (or stderr) so far; "" before it starts writing. An array job's
-        logs are its tasks' logs, one after another, each under a header line."""
-        if self.tasks and task is None:
-            parts = []
-            for t in self.tasks:
-                text = self.log_bytes(stderr, t).decode("utf-8", errors="replace")
-                if text:
-                    parts.append(f"==> {self.id}_{t} <==\n{text}")
-            return "".join(parts)
-        return self.log_bytes(stderr, task).decode("utf-8", errors="replace")
+        """The job's stdout (or stderr) so far; "" before it starts writing (see read_logs)."""
+        return self.read_logs(stderr, task)[0]
 
     def cancel(self) -> None:
         if self.record.get("slurm_id"):

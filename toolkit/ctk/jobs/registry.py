@@ -1,6 +1,7 @@
 """The local registry of submitted jobs: `<dir>/jobs.jsonl`, one JSON object a line, appended
-under an exclusive lock so concurrent submits never interleave a line. DIR is the deployment
-folder for a local cluster, `~/.local/state/ctk/hosts/USER@HOST_PORT` for a login host.
+under an exclusive lock so concurrent submits never interleave a line. DIR is the cluster's
+registry folder (`Cluster.registry_dir`: `~/.local/state/ctk/clusters/NAME-ID`, by the cluster's
+identity, so every way of reaching one cluster shares it).
 
 A job's first line holds what was submitted; later lines with the same id add to it (the
 final state and exit code, once seen), so status works after Slurm forgets the job. When Slurm
@@ -72,14 +73,16 @@ def load(deployment_dir: str) -> list[dict[str, Any]]:
 
 
 def add(deployment_dir: str, record: dict[str, Any]) -> dict[str, Any] | None:
-    """Record a newly submitted job; the earlier job that had its id, now listed as ID~N (or None)."""
+    """Record a newly submitted job; the earlier job that had its id, as load() lists it from
+    now on (ID~N), or None."""
     jid = str(record["id"])
-    earlier = next((r for r in load(deployment_dir) if r["id"] == jid), None)
+    jobs = load(deployment_dir)
     append(deployment_dir, record)
+    earlier = next((r for r in jobs if r["id"] == jid), None)
     if earlier is None:
         return None
-    return next((r for r in load(deployment_dir) if r.get("slurm_id") == jid
-                 and r.get("submitted") == earlier.get("submitted")), None)
+    n = 1 + sum(1 for r in jobs if r.get("slurm_id") == jid)
+    return {"final_state": "UNKNOWN", **earlier, "id": f"{jid}~{n}", "slurm_id": jid}
 
 
 def get(deployment_dir: str, job_id: str, where: str | None = None) -> dict[str, Any]:

@@ -16,7 +16,7 @@ import subprocess
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Sequence
 
-from ..connect.base import (JOBS_SUBDIR, NODE_HOME, Cluster, HereCluster, Result, SlurmError, exit_of, parse_identity,
+from ..connect.base import (JOBS_SUBDIR, NODE_HOME, HereCluster, Result, SlurmError, exit_of, parse_identity,
                             parse_kv_line, script_name)
 from ..errors import UserError
 from ..sandbox import node as nodes
@@ -114,7 +114,7 @@ class LabCluster(HereCluster):
                 ident = parse_identity(f.read())
         except OSError:
             ident = None
-        return ident if ident and ident.get("id") else Cluster.identity(self)  # asked in the lab
+        return ident if ident and ident.get("id") else super().identity()  # asked in the lab
 
     def check(self) -> "LabCluster":
         if load_state(self.dir) is None:

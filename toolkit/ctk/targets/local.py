@@ -43,7 +43,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
 from .. import atomic
-from ..connect.base import IDENTITY_FILE, parse_identity, registry_home
+from ..connect.base import IDENTITY_FILE, next_identity, parse_identity, registry_home
 from ..errors import UserError, did_you_mean
 from ..model import DEFAULT_BASE, HEALTH_CHECK, JAX_TASK_PROLOG, NO_SPOT_HINT, Deployment, ImageSpec
 from ..progress import Progress
@@ -1017,14 +1017,8 @@ IDENTITY = "identity.json"  # the cluster lab/ belongs to: {"cluster", "deployme
 
 def new_identity(held: dict | None, dep: Deployment) -> dict:
     """lab/identity.json for a deploy of DEP: the id of the cluster whose data lab/ keeps (HELD,
-    the same cluster: another one was refused or set aside), else a new one. The id names the
-    cluster's job registry: a new lab in the folder starts with none of the old one's jobs."""
-    import uuid
-
-    old = (held or {}).get("id")
-    same = held and held.get("cluster") == dep.slurm_cluster_name and isinstance(old, str)
-    return {"cluster": dep.slurm_cluster_name, "deployment": dep.deployment_name,
-            "id": old if same else uuid.uuid4().hex}
+    the same cluster: another one was refused or set aside), else a new one (next_identity)."""
+    return {**next_identity(held, dep.slurm_cluster_name), "deployment": dep.deployment_name}
 
 
 def identity_clash(deployment_dir: str, held: dict, dep: Deployment) -> str:

@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass, field
 
 from .. import atomic, paths
 from ..ansible_out import parse_recap
-from ..connect.base import IDENTITY_FILE, parse_identity
+from ..connect.base import IDENTITY_FILE, next_identity, parse_identity
 from ..errors import UserError, did_you_mean
 from ..model import HEALTH_CHECK, Deployment, ImageSpec, SshHost
 from ..progress import Progress
@@ -345,17 +345,13 @@ def write_files(dep: Deployment, deployment_dir: str) -> tuple[dict, list[str]]:
 
 def cluster_identity(sdir: str, dep: Deployment) -> dict[str, str]:
     """{cluster, id} of the hosts' cluster: the id made at its first deploy, kept while the
-    blueprint's cluster name stays (a new name is a new cluster, with a registry of its own)."""
-    import uuid
-
+    blueprint's cluster name stays (next_identity)."""
     try:
         with open(os.path.join(sdir, "etc", "slurm", IDENTITY_FILE), encoding="utf-8") as f:
             old = parse_identity(f.read())
     except OSError:
         old = None
-    if old and old.get("cluster") == dep.slurm_cluster_name:
-        return old
-    return {"cluster": dep.slurm_cluster_name, "id": uuid.uuid4().hex}
+    return next_identity(old, dep.slurm_cluster_name)
 
 
 def check_controller_hostname(deployment_dir: str, dep: Deployment) -> None:
