@@ -84,14 +84,10 @@ def ensure_base(store: Store, base: str, progress: Progress) -> str:
     if base not in SUITES:
         raise UserError(f"base '{base}' cannot be built on this machine (local builds support: "
                         f"{', '.join(SUITES)}); other bases build on the gcp target")
-    tool = bootstrapper()
-    key = base_key(base, tool)
+    key = chosen_base_key(store, base)
     if store.has(key):
         return key
-    if not os.environ.get("CTK_BOOTSTRAP"):  # a base the other tool made stands, as any cached layer
-        other = base_key(base, "debootstrap" if tool == "mmdebstrap" else "mmdebstrap")
-        if store.has(other):
-            return other
+    tool = bootstrapper()
     work = store.scratch(f"{key}.build")
     tree = os.path.join(work, "root")
     t0 = time.monotonic()
