@@ -16,6 +16,7 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -25,6 +26,7 @@ from ..model import ImageSpec
 from ..progress import Progress
 from ..runner import CommandError, run
 from ..stacks import Lock, Stack, get_stack, image_lock, pip_target_args
+from ..stacks.lock import uv_bin
 from ..stacks import te as te_
 from ..stacks.drivers import cuda_toolkit
 from ..stacks.rolevars import role_variables
@@ -59,6 +61,10 @@ class BuildResult:
     built: list[str] = field(default_factory=list)  # roles whose layers ran
     cached: list[str] = field(default_factory=list)  # roles taken from the cache
     seconds: float = 0.0
+    # Where the time went, per step that ran: "base", "wheels" (the lock's downloads) and each
+    # built role: {"seconds": ..., and for a role layer "boot" (the build node), "packer_start",
+    # "ansible_start", "tasks", "slowest_tasks", "teardown" (stop the node, scrub, renumber, commit)}.
+    profile: dict[str, dict] = field(default_factory=dict)
 
 
 def _files_digest(paths_: list[str]) -> str:
@@ -155,6 +161,21 @@ def host_ca_bundle() -> str | None:
 
 
 TE_WHEELS_IN_NODE = "/run/ctk-te-wheels"
+UV_IN_NODE = "/run/ctk-uv"
+# apt's configuration in build nodes (APT_CONFIG; read before /etc/apt's own): dpkg unpacks
+# without an fsync per file (see layer.yml).
+APT_BUILD_CONF = os.path.join(paths.IMAGES, "apt-build.conf")
+
+
+def _uv_for_nodes() -> str | None:
+    """ctk's own uv binary (its `uv` dependency's), lent read-only to build nodes; None where it
+    is missing or CTK_IMAGE_INSTALLER=pip asks for pip (then the jax role installs with pip)."""
+    if os.environ.get("CTK_IMAGE_INSTALLER", "uv") == "pip":
+        return None
+    try:
+        return uv_bin()
+    except Failure:
+        return None
 
 
 def te_wheel_dir(store: Store, key: str) -> str:
@@ -171,13 +192,18 @@ def _build_time_inputs(store: Store, te_wheels: str | None = None) -> tuple[dict
 
     Returns (run_files, extra Ansible vars, bind mounts)."""
     pip_args = []
-    run_files = {}
+    run_files = {"ctk/apt-build.conf": {"src": APT_BUILD_CONF, "mode": "0644"}}
     bundle = host_ca_bundle()
     if bundle:
         run_files["ctk/ca-bundle.crt"] = {"src": bundle, "mode": "0644"}
         pip_args.append("--cert /run/ctk/ca-bundle.crt")
-    extra = {"pip_extra_args": " ".join(pip_args), "jax_wheelhouse": WHEELHOUSE_IN_NODE}
+    extra = {"pip_extra_args": " ".join(pip_args), "jax_wheelhouse": WHEELHOUSE_IN_NODE,
+             "ctk_build_environment": {"APT_CONFIG": "/run/ctk/apt-build.conf"}}
     binds = [{"src": wheelhouse(store), "dest": WHEELHOUSE_IN_NODE, "ro": True}]
+    uv = _uv_for_nodes()
+    if uv:  # the jax role installs the lock with it from the wheelhouse (the same venv, faster)
+        extra["jax_uv"] = UV_IN_NODE
+        binds.append({"src": uv, "dest": UV_IN_NODE, "ro": True})
     if te_wheels:
         os.makedirs(te_wheel_dir(store, te_wheels), exist_ok=True)
         extra["jax_te_wheel_dir"] = TE_WHEELS_IN_NODE
@@ -212,6 +238,9 @@ def _apply_role(store: Store, node: buildnode.BuildNode, role: str, variables: d
                              "-e", f"ansible_port={node.port}"],
          "ansible_env_vars": ["ANSIBLE_HOST_KEY_CHECKING=False", "ANSIBLE_REMOTE_TMP=/tmp/.ansible",
                               "ANSIBLE_NOCOLOR=1", "ANSIBLE_RETRY_FILES_ENABLED=False",
+                              # modules are fed to the node's python over the open connection,
+                              # not copied into a temporary folder first: fewer round trips a task
+                              "ANSIBLE_PIPELINING=True",
                               f"ANSIBLE_ROLES_PATH={roles_path}"]},
         os.path.join(work, f"packer-{role}"), on_task=progress.task,
         env=packer.packer_env(os.path.dirname(sys.executable)), log_path=log_path)
@@ -244,7 +273,8 @@ def _seed_venv(store: Store, lp: LayerPlan) -> tuple[str, str] | None:
     return max(donors)[1:] if donors else None
 
 
-def _build_layer(store: Store, image: str, lp: LayerPlan, lower_keys: list[str], progress: Progress) -> float:
+def _build_layer(store: Store, image: str, lp: LayerPlan, lower_keys: list[str], progress: Progress) -> dict:
+    """Build one role's layer; returns its profile (see BuildResult.profile)."""
     work = store.scratch(f"{lp.key}.build")
     t0 = time.monotonic()
     run_files, _, binds = _build_time_inputs(store, lp.te_wheels)
@@ -255,23 +285,30 @@ def _build_layer(store: Store, image: str, lp: LayerPlan, lower_keys: list[str],
         extra["jax_seed_venv"] = SEED_VENV_IN_NODE
         progress.task(f"starting from the venv of layer {seed[0]}")
     node = buildnode.boot(store.lowerdirs(lower_keys), work, run_files=run_files, binds=binds)
+    booted = time.monotonic()
     log_path = _log_path(store, image, lp.role)
     try:
-        _apply_role(store, node, lp.role, {**lp.variables, **extra}, work, log_path, progress, lp.te_wheels)
+        log = _apply_role(store, node, lp.role, {**lp.variables, **extra}, work, log_path, progress, lp.te_wheels)
     except packer.PackerError as e:
         raise ImageBuildError(f"image '{image}', layer '{lp.role}': {e}\n(full log: {log_path})") from None
     finally:
+        applied = time.monotonic()
         node.stop()
     upper = node.upper
     _scrub_upper(upper)
     renumber(upper)  # the accounts this layer made take numbers no host account has
-    dt = time.monotonic() - t0
-    meta = {"kind": "role", "role": lp.role, "parent": lp.parent, "vars": lp.variables, "seconds": round(dt, 1)}
+    profile = {"seconds": 0.0, "boot": round(booted - t0, 2), **log.profile()}
+    if lp.role == "jax":
+        profile["installer"] = "uv" if "jax_uv" in _build_time_inputs(store)[1] else "pip"
+    meta = {"kind": "role", "role": lp.role, "parent": lp.parent, "vars": lp.variables,
+            "seconds": round(time.monotonic() - t0, 1), "profile": profile}
     if lp.te_wheels:
         meta["te_wheels"] = lp.te_wheels
     store.commit(lp.key, upper, meta)
     shutil.rmtree(work, ignore_errors=True)
-    return dt
+    end = time.monotonic()
+    profile.update(seconds=round(end - t0, 2), teardown=round(end - applied, 2))
+    return profile
 
 
 def rerun_roles(name: str, store: Store | None = None, progress: Progress | None = None) -> dict:
@@ -315,6 +352,32 @@ def _te_record(store: Store, version: str, layers: list[LayerPlan]) -> dict:
     return out
 
 
+class _Background:
+    """A function run on a thread of its own; join() waits for it, returns the seconds it took
+    and raises what it raised."""
+
+    def __init__(self, fn):
+        self._error: BaseException | None = None
+        self._seconds = 0.0
+
+        def body() -> None:
+            t0 = time.monotonic()
+            try:
+                fn()
+            except BaseException as e:  # handed to the thread that joins
+                self._error = e
+            self._seconds = time.monotonic() - t0
+
+        self._thread = threading.Thread(target=body, name="ctk-prefetch", daemon=True)
+        self._thread.start()
+
+    def join(self) -> float:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._seconds
+
+
 def build_image(spec: ImageSpec, store: Store | None = None, progress: Progress | None = None,
                 stacks_path: str | None = None) -> BuildResult:
     """Build (or take from the cache) every layer of an image; record the image."""
@@ -329,17 +392,28 @@ def build_image(spec: ImageSpec, store: Store | None = None, progress: Progress 
         reaped = store.reap()  # what a build killed part-way left running and half-written
         if reaped:
             progress.say(f"note: stopped {len(reaped)} process(es) an interrupted build of this store left running")
+        # The lock's wheels download while the layers below the jax layer build.
+        wheels = None
+        if lock is not None and any(lp.role == "jax" and not store.has(lp.key) for lp in layers):
+            wheels = _Background(lambda: prefetch_wheels(store, lock, progress))
+        t_base, base_cached = time.monotonic(), store.has(chosen_base_key(store, spec.base))
         base = ensure_base(store, spec.base, progress)
         result = BuildResult(spec.name, [base])
+        if not base_cached:
+            result.profile["base"] = {"seconds": round(time.monotonic() - t_base, 2),
+                                      "tool": store.meta(base).get("tool", "debootstrap")}
         for lp in layers:
             if store.has(lp.key):
                 progress.say(f"==> layer {lp.role}: cached ({lp.key})")
                 result.cached.append(lp.role)
             else:
                 with progress.step(f"layer {lp.role} ({lp.key})"):
-                    if lock is not None and lp.role == "jax":
-                        prefetch_wheels(store, lock, progress)
-                    _build_layer(store, spec.name, lp, result.layers, progress)
+                    if wheels is not None and lp.role == "jax":
+                        t_wheels = time.monotonic()
+                        seconds = wheels.join()
+                        result.profile["wheels"] = {"seconds": round(seconds, 2),
+                                                    "waited": round(time.monotonic() - t_wheels, 2)}
+                    result.profile[lp.role] = _build_layer(store, spec.name, lp, result.layers, progress)
                 result.built.append(lp.role)
             result.layers.append(lp.key)
         record = {"name": stack.name, "accelerator": stack.accelerator, "pins": dict(stack.pins)}

@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 
 from ..errors import UserError
 from ..model import Deployment, ImageSpec
@@ -41,11 +42,13 @@ def build(dep: Deployment, only: str | None, verify: bool, progress: Progress, v
     for spec in images:
         r = build_image(spec, store, progress)
         entry = {"image": r.image, "built": r.built, "cached": r.cached, "seconds": round(r.seconds, 1),
-                 "layers": r.layers}
+                 "layers": r.layers, "profile": r.profile}
         if verify:
+            t0 = time.monotonic()
             v = verify_image(spec.name, store, progress, again=verify_again)
             entry["verified"] = v.summary
             entry["verification_cached"] = v.cached
+            entry["profile"]["verify"] = {"seconds": round(time.monotonic() - t0, 2), "cached": v.cached}
         progress.say(f"image {r.image}: {len(r.built)} layer(s) built, {len(r.cached)} cached, "
                      f"{r.seconds:.1f}s" + (f"; verified ({entry['verified']})" if verify else ""))
         out.append(entry)

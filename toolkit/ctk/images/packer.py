@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -39,14 +40,24 @@ class BuildLog:
     changed: int | None = None
     ok: int | None = None
     messages: list[str] = field(default_factory=list)
+    # When (time.monotonic()) packer started, Ansible began (packer had connected), each task
+    # in `tasks` started, and packer ended: where a layer's time goes (profile()).
+    started: float = 0.0
+    provisioning: float | None = None
+    task_starts: list[float] = field(default_factory=list)
+    ended: float | None = None
 
-    def feed(self, ui_text: str) -> str | None:
+    def feed(self, ui_text: str, now: float | None = None) -> str | None:
         """Take one UI message; return a task description when a new task starts."""
+        now = time.monotonic() if now is None else now
         text = re.sub(r"^\s*[\w.-]+: ", "", ui_text)  # drop the "null.build_node: " prefix
         self.messages.append(text)
+        if self.provisioning is None and text.startswith("Provisioning with Ansible"):
+            self.provisioning = now
         m = _TASK.search(text)
         if m:
             self.tasks.append(((m.group("role") or "").strip(), m.group("task").strip()))
+            self.task_starts.append(now)
             return f"{m.group('role') + ': ' if m.group('role') else ''}{m.group('task')}"
         if _FAIL.match(text.strip()):
             self.failed = self.tasks[-1] if self.tasks else ("", "")
@@ -55,6 +66,20 @@ class BuildLog:
         if recap:
             self.ok, self.changed = recap[1]["ok"], recap[1]["changed"]
         return None
+
+    def profile(self, slowest: int = 6) -> dict:
+        """Seconds: packer's start until it reached the node and began Ansible, Ansible's start
+        until its first task, the tasks, and the slowest tasks by name ("role: task")."""
+        end = self.ended if self.ended is not None else time.monotonic()
+        prov = self.provisioning if self.provisioning is not None else (
+            self.task_starts[0] if self.task_starts else end)
+        first = self.task_starts[0] if self.task_starts else end
+        spans = [(b - a, f"{role + ': ' if role else ''}{task}")
+                 for (role, task), a, b in zip(self.tasks, self.task_starts, self.task_starts[1:] + [end])]
+        top = sorted(spans, key=lambda x: -x[0])[:slowest]
+        return {"packer_start": round(prov - self.started, 2), "ansible_start": round(first - prov, 2),
+                "tasks": round(end - first, 2), "task_count": len(self.tasks),
+                "slowest_tasks": [[name, round(dt, 2)] for dt, name in top]}
 
 
 def parse_record(line: str) -> tuple[str, list[str]] | None:
@@ -82,7 +107,7 @@ def build(template: str, variables: dict, workdir: str, *, on_task: Callable[[st
     var_file = os.path.join(workdir, "variables.pkrvars.json")
     with open(var_file, "w") as f:
         json.dump(variables, f, indent=2)
-    log = BuildLog()
+    log = BuildLog(started=time.monotonic())
 
     def on_line(line: str) -> None:
         rec = parse_record(line)
@@ -103,4 +128,5 @@ def build(template: str, variables: dict, workdir: str, *, on_task: Callable[[st
         detail = "\n".join(log.failure_lines) or "\n".join(log.messages[-25:]) or e.tail
         where = f"role '{role}', task '{task}'" if task else "before any Ansible task ran"
         raise PackerError(f"packer build failed in {where}:\n{detail}", role, task, detail) from None
+    log.ended = time.monotonic()
     return log
