@@ -97,8 +97,9 @@ test-accel: testdeps
 
 # The fast tier: no root, no apt, no network, no daemon; as another user than root, the tests
 # that need root (marked `root`) are left out.
+UNIT_WORKERS ?= $(shell nproc)
 test-unit: pydeps
-	$(PY) -m pytest -q -p no:cacheprovider $(if $(filter 0,$(shell id -u)),,-m "not root") tests/unit
+	$(PY) -m pytest -q -p no:cacheprovider -n $(UNIT_WORKERS) $(if $(filter 0,$(shell id -u)),,-m "not root") tests/unit
 
 test-integration: testdeps
 	$(PY) -m pytest -q -p no:cacheprovider -m integration tests

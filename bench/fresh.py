@@ -169,7 +169,7 @@ def demo(keep: bool) -> None:
     rc = proc.wait()
     end = time.monotonic()
     try:
-        subprocess.run([os.path.join(clone, ".venv", "bin", "ctk"), "destroy", "lab", "--purge", "-q"],
+        subprocess.run([os.path.join(clone, ".venv", "bin", "ctk"), "destroy", "lab", "--purge"],
                        cwd=clone, env=env, capture_output=True)
     finally:
         if not keep:

@@ -36,6 +36,17 @@ def test_lab_image_builds_and_verifies(lab_build):
     assert lab_build["cached"] + lab_build["built"] == ["common", "munge", "slurm", "jax"]
     assert "jax" in lab_build["built"]
     assert "passed" in lab_build["verified"] and "failed" not in lab_build["verified"]
+    # Where the time went: each layer built, the wheels fetched beside the layers below, the checks.
+    prof = lab_build["profile"]
+    assert set(lab_build["built"]) <= set(prof) and "wheels" in prof and prof["verify"]["cached"] is False
+    for role in lab_build["built"]:
+        p = prof[role]
+        assert p["seconds"] >= p["boot"] + p["tasks"] > 0, p
+        assert p["task_count"] == len(p["slowest_tasks"]) or len(p["slowest_tasks"]) == 6, p
+    assert prof["jax"]["installer"] == "uv"
+    slowest = dict(prof["jax"]["slowest_tasks"])
+    assert "jax: Install the lock into the venv with uv, hashes required" in slowest, slowest
+    assert all(secs >= 0 for secs in slowest.values())
 
 
 def test_debian_13_image_builds_and_verifies(slurm_image, lab_build, state):
