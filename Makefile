@@ -89,8 +89,14 @@ demo:
 # `make test-accel` runs only those.
 ACCEL_TESTS := tests/integration/test_accelerator_images.py
 
+# The tests run on TEST_WORKERS pytest-xdist workers (0: one process): an integration module
+# whole on one worker with its lab, every worker sharing the session's image store and the
+# background work (tests/integration/conftest.py). Most integration tests wait on Slurm, on a
+# job or on a node far more than they compute, so two workers overlap their waits on 2 cores.
+TEST_WORKERS ?= 2
+XDIST = $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder)
 test: testdeps
-	$(PY) -m pytest -q -p no:cacheprovider --durations=30 tests
+	$(PY) -m pytest -q -p no:cacheprovider $(XDIST) --durations=30 tests
 
 test-accel: testdeps
 	$(PY) -m pytest -q -p no:cacheprovider --durations=10 $(ACCEL_TESTS)

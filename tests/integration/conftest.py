@@ -31,13 +31,23 @@ def ctk(*args, env=None, timeout=1800):
                           env={**os.environ, **(env or {})}, timeout=timeout)
 
 
+def run_dir(config) -> str:
+    """A folder of this test run shared by all its pytest processes: pytest's base temp folder,
+    or with pytest-xdist the one above the workers' own (each worker has a basetemp of its own)."""
+    base = config._tmp_path_factory.getbasetemp()
+    return str(base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base)
+
+
 @pytest.fixture(scope="session")
-def state(tmp_path_factory):
-    """A fresh layer store for this session (CTK_STATE_DIR); CTK_TEST_STATE_DIR reuses one
-    across sessions when iterating locally (then the first build may be a cache hit)."""
+def state(request):
+    """A fresh layer store for this test run (CTK_STATE_DIR), one for all its workers: the first
+    to build an image builds it, the others wait on the store's lock and find it cached;
+    CTK_TEST_STATE_DIR reuses one across runs when iterating locally."""
     if os.environ.get("CTK_TEST_STATE_DIR"):
         return os.environ["CTK_TEST_STATE_DIR"]
-    return str(tmp_path_factory.mktemp("ctk-state"))
+    path = os.path.join(run_dir(request.config), "ctk-state")
+    os.makedirs(path, exist_ok=True)
+    return path
 
 
 @pytest.fixture(scope="session")
@@ -154,21 +164,82 @@ LAB_12_TEST = "test_a_debian_12_lab_still_deploys_and_runs_jax_smoke"
 _lab12: dict = {}
 
 
-def _background_build(state: str, blueprints, logs: str) -> subprocess.Popen:
-    """`ctk image build` of each blueprint in turn into STATE, at the lowest CPU and I/O priority;
-    each one's --json result and log go to LOGS/NAME.json and LOGS/NAME.log."""
-    os.makedirs(logs, exist_ok=True)
+class Background:
+    """A command of this test run started once, by whichever pytest process asks first (with
+    pytest-xdist, any worker), in a session of its own; every process reads how it ended from
+    its folder: `pid` (its process group), `rc` (its exit status, once it has ended)."""
+
+    def __init__(self, folder: str):
+        self.folder = folder
+        self.rc_path = os.path.join(folder, "rc")
+
+    def start(self, argv: list[str], env: dict, log: str | None = None, first=None) -> bool:
+        """Start ARGV (after calling FIRST) unless this run has started it already; True if this
+        call did."""
+        os.makedirs(self.folder, exist_ok=True)
+        try:
+            os.close(os.open(os.path.join(self.folder, "started"), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return False
+        if first:
+            first()
+        out = open(log, "ab") if log else subprocess.DEVNULL
+        proc = subprocess.Popen(["sh", "-c", '"$@"; echo $? > "$0.tmp" && mv "$0.tmp" "$0"', self.rc_path, *argv],
+                                env=env, start_new_session=True, stdout=out, stderr=subprocess.STDOUT)
+        with open(os.path.join(self.folder, "pid"), "w") as f:
+            f.write(str(proc.pid))
+        return True
+
+    def started(self) -> bool:
+        return os.path.exists(os.path.join(self.folder, "started"))
+
+    def since(self) -> float:
+        """Seconds since it started."""
+        return time.time() - os.stat(os.path.join(self.folder, "started")).st_mtime
+
+    def wait(self) -> int:
+        """Its exit status, once it has ended (a test's own timeout bounds the wait)."""
+        while not os.path.exists(self.rc_path):
+            time.sleep(1)
+        return int(open(self.rc_path).read().strip() or -1)
+
+    def stop(self, timeout: float = 180) -> None:
+        """SIGTERM to its process group if it still runs; wait for the group to go."""
+        if os.path.exists(self.rc_path):
+            return
+        try:
+            pgid = int(open(os.path.join(self.folder, "pid")).read())
+            os.killpg(pgid, 15)
+        except (OSError, ValueError):
+            return
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(pgid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.5)
+
+
+def _background_build(bg: Background, state: str, blueprints, logs: str, first=None) -> bool:
+    """`ctk image build` of each blueprint in turn into STATE, at the lowest CPU and I/O priority,
+    once in this run; each one's --json result and log go to LOGS/NAME.json and LOGS/NAME.log."""
     script = " && ".join(
         f"{sys.executable} -m ctk image build {bp} --json > {logs}/{os.path.basename(bp)}.json "
         f"2> {logs}/{os.path.basename(bp)}.log" for bp in blueprints)
-    return subprocess.Popen(["nice", "-n", "19", "ionice", "-c", "3", "sh", "-c", script],
-                            env={**os.environ, "CTK_STATE_DIR": state}, start_new_session=True)
+
+    def prepare():
+        os.makedirs(logs, exist_ok=True)
+        if first:
+            first()
+    return bg.start(["nice", "-n", "19", "ionice", "-c", "3", "sh", "-c", script],
+                    env={**os.environ, "CTK_STATE_DIR": state}, first=prepare)
 
 
-def _background_results(proc: subprocess.Popen, logs: str, blueprints) -> dict:
+def _background_results(bg: Background, logs: str, blueprints) -> dict:
     """Wait for a background build; {blueprint file name: its result}, or the test fails with
     the log of the build that failed."""
-    rc = proc.wait()
+    rc = bg.wait()
     out = {}
     for bp in map(os.path.basename, blueprints):
         path = os.path.join(logs, f"{bp}.json")
@@ -182,20 +253,22 @@ def _background_results(proc: subprocess.Popen, logs: str, blueprints) -> dict:
 
 
 def pytest_collection_finish(session):
+    shared = run_dir(session.config)
     if any(item.name == SOAK_TEST for item in session.items):  # selected (not -k'd away)
         _soak.update(wanted=True, seconds=session.config.getoption("soak_seconds"),
-                     out=str(session.config._tmp_path_factory.mktemp("ctk-soak")))
+                     out=os.path.join(shared, "ctk-soak"), bg=Background(os.path.join(shared, "ctk-soak", "bg")))
     tools = all(shutil.which(t, path="/usr/sbin:/usr/bin:/sbin:/bin") for t in IMAGE_TOOLS)
     if tools and any(item.name == LAB_12_TEST for item in session.items):
-        state = str(session.config._tmp_path_factory.mktemp("ctk-lab12-state"))
+        state = os.path.join(shared, "ctk-lab12-state")
         logs = os.path.join(state, "builds")
-        _lab12.update(state=state, logs=logs, t0=time.monotonic(), proc=_background_build(state, [LAB_12], logs))
+        _lab12.update(state=state, logs=logs, bg=Background(os.path.join(shared, "ctk-lab12-bg")))
+        _background_build(_lab12["bg"], state, [LAB_12], logs)
     if not any(item.nodeid.split("::")[0].endswith(ACCEL_MODULE) for item in session.items):
         return
     if not tools:
         return  # the module skips, saying why
-    _accel["state"] = os.environ.get("CTK_TEST_STATE_DIR") or str(
-        session.config._tmp_path_factory.mktemp("ctk-accel-state"))
+    _accel["state"] = os.environ.get("CTK_TEST_STATE_DIR") or os.path.join(shared, "ctk-accel-state")
+    _accel["bg"] = Background(os.path.join(shared, "ctk-accel-bg"))
 
 
 def link_layers(src: str, dst: str, keys=None) -> None:
@@ -212,34 +285,35 @@ def debian12_base(state):
     """The key of the debian-12 base layer in the session store: linked from the Debian 12 lab's
     background store when that build has made it (it does so first), else debootstrapped here."""
     from ctk.images.base import base_key
-    if "state" in _lab12:
-        link_layers(_lab12["state"], state, [base_key("debian-12")])
     store = Store(state)
     with store.lock():
+        if "state" in _lab12 and os.path.isdir(_lab12["state"]):
+            link_layers(_lab12["state"], state, [base_key("debian-12")])
         return ensure_base(store, "debian-12", Progress(quiet=True))
 
 
 @pytest.fixture(scope="session")
 def lab12_store():
     """The store the Debian 12 lab's image was built into in the background, once it is built."""
-    if "proc" not in _lab12:
+    if "bg" not in _lab12 or not _lab12["bg"].started():
         pytest.fail("the Debian 12 lab image's background build did not start (see pytest_collection_finish)")
-    r = _background_results(_lab12["proc"], _lab12["logs"], [LAB_12])[os.path.basename(LAB_12)]
+    r = _background_results(_lab12["bg"], _lab12["logs"], [LAB_12])[os.path.basename(LAB_12)]
     print(f"\nDebian 12 lab image built in the background: {', '.join(r['built']) or 'cached'} in "
-          f"{r['seconds']:.0f} s; waited until {time.monotonic() - _lab12['t0']:.0f} s into the session")
+          f"{r['seconds']:.0f} s; waited until {_lab12['bg'].since():.0f} s after it started")
     return _lab12["state"]
 
 
 def start_accel_builds(seed_from: str | None = None) -> None:
     """Start the background builds (once), first linking SEED_FROM's finished layers in."""
-    if "state" not in _accel or "proc" in _accel:
+    if "state" not in _accel or _accel["bg"].started():
         return
     state = _accel["state"]
-    if seed_from and os.path.realpath(seed_from) != os.path.realpath(state):
-        link_layers(seed_from, state)
-    logs = os.path.join(state, "accel-builds")
-    _accel.update(logs=logs, t0=time.monotonic(),
-                  proc=_background_build(state, [os.path.join(paths.BLUEPRINTS, bp) for bp in ACCEL_BLUEPRINTS], logs))
+
+    def seed():  # finished layers only (a layer is renamed into place with its meta.json)
+        if seed_from and os.path.realpath(seed_from) != os.path.realpath(state):
+            link_layers(seed_from, state)
+    _background_build(_accel["bg"], state, [os.path.join(paths.BLUEPRINTS, bp) for bp in ACCEL_BLUEPRINTS],
+                      os.path.join(state, "accel-builds"), first=seed)
 
 
 # The elastic lab's soak (soak.py): at least 5 minutes of training jobs under random preemption,
@@ -250,28 +324,26 @@ _soak: dict = {}
 
 
 def start_soak(state: str) -> None:
-    if "wanted" not in _soak or "proc" in _soak:
+    if "wanted" not in _soak or _soak["bg"].started():
         return
     out = _soak["out"]
     os.makedirs(out, exist_ok=True)
-    log = open(os.path.join(out, "soak.log"), "ab")
-    _soak.update(t0=time.monotonic(), proc=subprocess.Popen(
-        ["nice", "-n", "10", sys.executable, os.path.join(os.path.dirname(__file__), "soak.py"), "--out", out,
-         "--seconds", str(_soak["seconds"])],
-        env={**os.environ, "CTK_STATE_DIR": state}, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+    _soak["bg"].start(["nice", "-n", "10", sys.executable, os.path.join(os.path.dirname(__file__), "soak.py"),
+                       "--out", out, "--seconds", str(_soak["seconds"])],
+                      env={**os.environ, "CTK_STATE_DIR": state}, log=os.path.join(out, "soak.log"))
 
 
 def soak_result() -> dict:
     """The soak's result.json, once it has ended (its log in the failure otherwise)."""
-    if "proc" not in _soak:
+    if "bg" not in _soak or not _soak["bg"].started():
         pytest.fail("the soak did not start (it starts when the lab image is built, see start_soak)")
-    rc = _soak["proc"].wait()
+    rc = _soak["bg"].wait()
     path = os.path.join(_soak["out"], "result.json")
     log = open(os.path.join(_soak["out"], "soak.log"), errors="replace").read()
     if not os.path.exists(path):
         pytest.fail(f"the soak left no result (rc {rc}):\n{log[-4000:]}")
     res = json.load(open(path))
-    print(f"\nsoak ran in the background for {time.monotonic() - _soak['t0']:.0f} s (rc {rc}); log:\n{log[-1500:]}")
+    print(f"\nsoak ran in the background for {_soak['bg'].since():.0f} s (rc {rc}); log:\n{log[-1500:]}")
     return res
 
 
@@ -283,11 +355,14 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_sessionfinish(session):
-    for bg in (_accel, _lab12, _soak):
-        proc = bg.get("proc")
-        if proc is not None and proc.poll() is None:
-            os.killpg(proc.pid, 15)
-            proc.wait(timeout=180)  # the soak destroys its lab on SIGTERM
+    """What the run started in the background and still runs is stopped at its end: by the one
+    pytest process (with pytest-xdist, the controller, once every worker is done; the soak
+    destroys its lab on SIGTERM)."""
+    if hasattr(session.config, "workerinput"):
+        return
+    shared = run_dir(session.config)
+    for folder in ("ctk-accel-bg", "ctk-lab12-bg", os.path.join("ctk-soak", "bg")):
+        Background(os.path.join(shared, folder)).stop()
 
 
 @pytest.fixture(scope="session")
@@ -297,8 +372,8 @@ def accel_images(state):
     if "state" not in _accel:
         pytest.fail("no store for the accelerator images (see pytest_collection_finish)")
     start_accel_builds(state)
-    out = _background_results(_accel["proc"], _accel["logs"], ACCEL_BLUEPRINTS)
-    waited = time.monotonic() - _accel["t0"]
+    out = _background_results(_accel["bg"], os.path.join(_accel["state"], "accel-builds"), ACCEL_BLUEPRINTS)
+    waited = _accel["bg"].since()
     print(f"\naccelerator images built in the background in {waited:.0f} s: "
           + "; ".join(f"{bp}: built {', '.join(r['built']) or 'none'} in {r['seconds']:.0f} s" for bp, r in out.items()))
     return {"state": _accel["state"], "results": out}

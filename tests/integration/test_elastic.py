@@ -173,6 +173,7 @@ def test_train_on_two_spot_nodes_survives_ctk_preempt_with_the_same_final_step_a
     assert r.returncode == 2 and "no node 'elasticlabspot-9'" in r.stderr and "Traceback" not in r.stderr
 
 
+@pytest.mark.xdist_group("soak")  # waits for the background soak: not with this module's lab
 def test_the_soak_ends_every_job_completed_with_the_uninterrupted_loss(lab_build):
     """At least 5 minutes (--soak-seconds) of training jobs on the Spot and flex-start partitions
     under random preemption (a mean interval of 40 s): every job ends COMPLETED with the final

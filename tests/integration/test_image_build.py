@@ -26,7 +26,7 @@ for tool in ("debootstrap", "packer", "unshare"):
     if not shutil.which(tool, path="/usr/sbin:/usr/bin:/sbin:/bin"):
         pytest.skip(f"{tool} is not installed", allow_module_level=True)
 
-from .conftest import LAB, ctk
+from .conftest import LAB, ctk, link_layers
 
 def test_lab_image_builds_and_verifies(lab_build):
     """The lab image's layers: the jax layer is the lab's own; common, munge and slurm may
@@ -212,7 +212,11 @@ def test_a_build_killed_during_a_layer_leaves_nothing_running_after_the_next(lab
                                     "  ansible.builtin.command: sleep 4321\n  changed_when: false\n"
                                     "  when: not (slow_fixed | default(false))\n")
     monkeypatch.setenv("CTK_ANSIBLE_DIR", str(ansible))
-    store = Store(state)
+    # A store of its own (the session's base and common layers linked in): every process with the
+    # store's tmp folder on its command line is this test's, whatever other tests build meanwhile.
+    store = Store(str(tmp_path / "store"))
+    link_layers(state, store.root, Store(state).image("lab")["layers"][:2])
+    state = store.root
     code = ("import sys\nfrom ctk.images.build import build_image\nfrom ctk.images.store import Store\n"
             "from ctk.model import ImageSpec\nfrom ctk.progress import Progress\n"
             "build_image(ImageSpec(name='slow', module_id='x', roles=['common', 'slow']), Store(sys.argv[1]), "

@@ -977,6 +977,7 @@ AUTH_SLURM = os.path.join(os.path.dirname(__file__), "blueprints", "auth-slurm-1
 LAB_12 = os.path.join(os.path.dirname(__file__), "blueprints", "lab-debian-12.yaml")
 
 
+@pytest.mark.xdist_group("lab12")  # waits for the background build: not with this module's lab
 def test_a_debian_12_lab_still_deploys_and_runs_jax_smoke(lab12_store, tmp_path_factory):
     """Debian 12 (Slurm 22.05, Python 3.11) stays supported: its lab runs jax-smoke on two
     nodes with the stack for its Python (jax 0.10.2), driven by its own Slurm commands. Its

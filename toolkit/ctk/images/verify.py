@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from .. import paths
 from ..errors import Failure
+from ..locks import lock_file
 from ..progress import Progress
 from ..runner import CommandError, run
 from . import buildnode
@@ -84,6 +85,17 @@ def verify_image(name: str, store: Store | None = None, progress: Progress | Non
         cached = cached_verification(name, store)
         if cached:
             return cached
+    # One verification of an image at a time: a second `ctk image build` of the same image waits
+    # here, then takes the first one's pass (its node and work folder are the first one's).
+    with lock_file(os.path.join(store.tmp, f"verify-{name}.lock")):
+        if not again:
+            cached = cached_verification(name, store)
+            if cached:
+                return cached
+        return _verify(name, store, progress, rec)
+
+
+def _verify(name: str, store: Store, progress: Progress, rec: dict) -> VerifyResult:
     store.forget_verified(name)  # a failed run below leaves no pass on record
     checks = checks_digest()
     work = store.scratch(f"verify-{name}")
@@ -100,8 +112,10 @@ def verify_image(name: str, store: Store | None = None, progress: Progress | Non
             with open(ssh_config, "w") as f:
                 f.write(f"Host {node.addr}\n  Port {node.port}\n  User root\n  IdentityFile {node.private_key}\n"
                         "  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n")
-            # No bytecode written into the installed package, which may be read-only.
-            env = {**os.environ, "CTK_IMAGE_RECORD": record, "PYTHONDONTWRITEBYTECODE": "1"}
+            # No bytecode written into the installed package, which may be read-only; and the
+            # checks' pytest is a session of its own, whatever pytest-xdist worker runs ctk.
+            env = {**{k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")},
+                   "CTK_IMAGE_RECORD": record, "PYTHONDONTWRITEBYTECODE": "1"}
             # The suites' own pytest.ini: no configuration above the installed package applies.
             ini = os.path.join(paths.VERIFY, "pytest.ini")
             try:
