@@ -89,12 +89,13 @@ demo:
 # `make test-accel` runs only those.
 ACCEL_TESTS := tests/integration/test_accelerator_images.py
 
-# The tests run on TEST_WORKERS pytest-xdist workers (0: one process): an integration module
-# whole on one worker with its lab, every worker sharing the session's image store and the
+# The tests run on TEST_WORKERS pytest-xdist workers (0: one process): a test module runs whole
+# on one worker (an integration module with its lab), in the order collected (the soak's,
+# the Debian 12 lab's and the accelerator images' modules last: they wait for background work), every worker sharing the session's image store and the
 # background work (tests/integration/conftest.py). Most integration tests wait on Slurm, on a
 # job or on a node far more than they compute, so two workers overlap their waits on 2 cores.
 TEST_WORKERS ?= 2
-XDIST = $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder)
+XDIST = $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 test: testdeps
 	$(PY) -m pytest -q -p no:cacheprovider $(XDIST) --durations=30 tests
 

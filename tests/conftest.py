@@ -44,14 +44,9 @@ def pytest_configure(config):
         config.pluginmanager.register(NoSkip(), "ctk-no-skip")
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config, items):
     gpu_reason = None if gpu_present() else f"{GPU_SKIP_PREFIX}: /dev/nvidiactl or /dev/nvidia0 absent"
     for item in items:
-        # With pytest-xdist (--dist loadgroup: make test), an integration module runs whole in one
-        # worker, its module-scoped lab with it; a test that says otherwise has a group of its own.
-        if "/integration/" in str(item.path) and not item.get_closest_marker("xdist_group"):
-            item.add_marker(pytest.mark.xdist_group(item.path.name))
         # Prepended, so this reason wins over pytest's own "got empty parameter set".
         if FIXTURES_MISSING and item.get_closest_marker("ct_fixtures"):
             item.add_marker(pytest.mark.skip(reason=FIXTURES_MISSING), append=False)

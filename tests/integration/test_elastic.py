@@ -14,8 +14,7 @@ import pytest
 from ctk import paths
 from ctk.targets.labagent import read_events
 from ctk.targets.local import status_local
-from .conftest import soak_result, user_home
-from .soak import committed_before
+from .conftest import user_home
 from .test_jobs import check_resumed, final_line, submit_preemptible, train_cmd, wait_for_step
 from .test_local_target import deploy
 
@@ -171,43 +170,3 @@ def test_train_on_two_spot_nodes_survives_ctk_preempt_with_the_same_final_step_a
     assert r.returncode == 2 and "not a Spot or preemptible node" in r.stderr and "elasticlabspot-[0-3]" in r.stderr
     r = elab.ctk("preempt", elab.path, "elasticlabspot-9")
     assert r.returncode == 2 and "no node 'elasticlabspot-9'" in r.stderr and "Traceback" not in r.stderr
-
-
-@pytest.mark.xdist_group("soak")  # waits for the background soak: not with this module's lab
-def test_the_soak_ends_every_job_completed_with_the_uninterrupted_loss(lab_build):
-    """At least 5 minutes (--soak-seconds) of training jobs on the Spot and flex-start partitions
-    under random preemption (a mean interval of 40 s): every job ends COMPLETED with the final
-    line of the uninterrupted run; Spot preemptions hit running jobs, flex-start nodes waited for
-    their capacity and lost it at their run duration; nothing is left pending, no node down."""
-    res = soak_result()
-    assert "error" not in res, res["error"]
-    assert res["seconds"] >= 300
-    jobs, events = res["jobs"], res["events"]
-    assert len(jobs) >= 6 and {j["partition"] for j in jobs} == {"spot", "flex"}
-    bad = [j for j in jobs if j["state"] != "COMPLETED" or j["final"] != res["expected"]]
-    assert not bad, (res["expected"], bad)
-    chaos = [e for e in events if e["event"] == "sigterm" and e.get("by") == "chaos"]
-    hit = [e for e in chaos if e["jobs"]]
-    assert len(hit) >= 2, chaos
-    assert all(e["event"] != "error" and e["event"] != "boot-failed" for e in events), events
-    flex_back = [e for e in events if e["event"] == "sigterm" and str(e.get("by", "")).startswith("flex-start")]
-    waits = [e for e in events if e["event"] == "waiting-for-capacity"]
-    assert flex_back and waits
-    # a run resumes from the newest checkpoint the runs before it are known to have committed (a
-    # job preempted before its first checkpoint starts again from step 0), and some did resume
-    requeued = [j for j in jobs if any(r["restart"] for r in j["runs"])]
-    assert requeued and any(r["start"] for j in requeued for r in j["runs"]), requeued
-    for j in requeued:
-        runs = j["runs"]
-        for k, run in enumerate(runs[1:], 1):
-            if run["start"] is None:  # cut short between its first line and its restore
-                assert run is not runs[-1] and run["last"] is None, (j["id"], runs)
-                continue
-            floor = committed_before(runs[:k], res["checkpoint_every"])
-            assert run["start"] >= floor, (j["id"], floor, runs)
-    assert res["squeue"].strip() == "", res["squeue"]
-    states = dict(line.split() for line in res["sinfo"].splitlines() if line.strip())
-    assert not [n for n, s in states.items() if s.startswith(("down", "drain", "fail"))], states
-    print(f"\nsoak: {len(jobs)} jobs in {res['total_seconds']:.0f} s ({res['seconds']:.0f} s of submissions), "
-          f"{len(chaos)} random preemptions ({len(hit)} under jobs), {len(flex_back)} flex-start take-backs, "
-          f"{len(requeued)} jobs requeued")
