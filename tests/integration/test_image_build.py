@@ -128,8 +128,9 @@ def test_failing_role_is_named_and_never_cached(lab_build, state, tmp_path, monk
         build_image(spec, store, Progress(quiet=True))
     msg = str(e.value)
     assert "layer 'flaky'" in msg and "task 'Fail on purpose'" in msg and "/bin/false" in msg
-    new = set(store.all_layers()) - before
-    assert new == set(), f"a failed build cached {new}"
+    # (Other tests may add layers of their own to the session's store meanwhile.)
+    new = {k: store.meta(k).get("role") for k in set(store.all_layers()) - before}
+    assert "flaky" not in new.values(), f"a failed build cached {new}"
     assert store.image("flaky") is None
     # Fixed, the next build resumes from the last good layer: only the flaky layer runs.
     (tasks / "main.yml").write_text((tasks / "main.yml").read_text().replace(
