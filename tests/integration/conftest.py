@@ -14,6 +14,7 @@ from ctk import paths
 from ctk.images.base import ensure_base
 from ctk.images.build import build_image
 from ctk.images.store import Store
+from ctk.locks import lock_file
 from ctk.model import ImageSpec
 from ctk.progress import Progress
 
@@ -51,13 +52,22 @@ def state(request):
 
 
 @pytest.fixture(scope="session")
-def lab_build(state):
-    """`ctk image build blueprints/lab.yaml` into the fresh store: builds and verifies."""
-    r = ctk("image", "build", LAB, "--json", env={"CTK_STATE_DIR": state})
-    assert r.returncode == 0, r.stderr[-3000:]
+def lab_build(request, state):
+    """`ctk image build blueprints/lab.yaml` into the fresh store: builds and verifies. Run once
+    for the test run: with several workers, the first one's result (what it built, its profile)
+    is every worker's (kept in the run's folder; the others wait for it)."""
+    done = os.path.join(run_dir(request.config), "lab-build.json")
+    with lock_file(done + ".lock"):
+        if not os.path.exists(done):
+            r = ctk("image", "build", LAB, "--json", env={"CTK_STATE_DIR": state})
+            assert r.returncode == 0, r.stderr[-3000:]
+            with open(done + ".tmp", "w") as f:
+                f.write(r.stdout)
+            os.rename(done + ".tmp", done)
+        result = json.loads(open(done).read())[0]
     start_accel_builds(state)  # the GPU and TPU images reuse its base, common, munge and slurm layers
     start_soak(state)  # the elastic lab boots from the same image
-    return json.loads(r.stdout)[0]
+    return result
 
 
 SLURM_COMMANDS = ("sbatch", "srun", "salloc", "squeue", "sinfo", "scontrol", "scancel", "sacct")
@@ -107,7 +117,8 @@ def slurm_image(state):
                 pytest.skip(f"{', '.join(missing)} not installed: cannot build a {base} image")
             store, progress = Store(state), Progress(quiet=True)
             t0 = time.monotonic()
-            ensure_base(store, base, progress)
+            with store.lock():  # another worker may be building in the same store
+                ensure_base(store, base, progress)
             t1 = time.monotonic()
             r = build_image(ImageSpec(name=f"slurm-{base}", module_id="slurm_image", base=base, roles=SLURM_ROLES),
                             store, progress)
