@@ -20,8 +20,9 @@ from ..runner import run
 from .accounts import renumber
 from .store import Store
 
-# What every base carries: python3 for Ansible, sshd for the build node Packer talks to.
-INCLUDE = ["python3", "openssh-server", "ca-certificates"]
+# What every base carries: python3 for Ansible (and python3-apt for its apt module, which would
+# otherwise run apt-get update and install it in the first layer), sshd for the build node.
+INCLUDE = ["python3", "python3-apt", "openssh-server", "ca-certificates"]
 SUITES = {"debian-12": "bookworm", "debian-13": "trixie"}
 BASE_VERSION = 2  # bump when the way bases are made changes
 
