@@ -65,8 +65,9 @@ testdeps: deps $(ANSIBLE_STAMP)
 # the cluster up.
 LAB_SSH := -F lab/lab/ssh_config
 demo:
-	@# apt and the venv are independent: side by side
-	@$(MAKE) --no-print-directory -j2 demo-sysdeps pydeps
+	@# apt and the venv side by side, where the venv does not wait for apt's python3-venv
+	@if $(PYTHON) -c 'import ensurepip' 2>/dev/null; then $(MAKE) --no-print-directory -j2 demo-sysdeps pydeps; \
+	else $(MAKE) --no-print-directory demo-sysdeps && $(MAKE) --no-print-directory pydeps; fi
 	$(VENV)/bin/ctk show blueprints/lab.yaml
 	$(VENV)/bin/ctk image build blueprints/lab.yaml
 	$(VENV)/bin/ctk deploy blueprints/lab.yaml -o lab

@@ -192,11 +192,16 @@ class Background:
             os.close(os.open(os.path.join(self.folder, "started"), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
         except FileExistsError:
             return False
-        if first:
-            first()
-        out = open(log, "ab") if log else subprocess.DEVNULL
-        proc = subprocess.Popen(["sh", "-c", '"$@"; echo $? > "$0.tmp" && mv "$0.tmp" "$0"', self.rc_path, *argv],
-                                env=env, start_new_session=True, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            if first:
+                first()
+            out = open(log, "ab") if log else subprocess.DEVNULL
+            proc = subprocess.Popen(["sh", "-c", '"$@"; echo $? > "$0.tmp" && mv "$0.tmp" "$0"', self.rc_path,
+                                     *argv], env=env, start_new_session=True, stdout=out, stderr=subprocess.STDOUT)
+        except BaseException:  # no process will write its status: the waiting workers must not wait
+            with open(self.rc_path, "w") as f:
+                f.write("-1\n")
+            raise
         with open(os.path.join(self.folder, "pid"), "w") as f:
             f.write(str(proc.pid))
         return True

@@ -20,7 +20,9 @@ from ctk.stacks.drivers import image_driver
 
 from .conftest import IMAGE_TOOLS, ctk, lab_env, user_home
 
-pytestmark = pytest.mark.integration
+# Its tests wait for the background builds (a kernel's DKMS build, GBs of CUDA wheels): longer
+# than the 900 s a test gets elsewhere, on a slow machine.
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(2700)]
 for tool in (*IMAGE_TOOLS, "slurmctld", "modinfo"):
     if not shutil.which(tool, path="/usr/sbin:/usr/bin:/sbin:/bin"):
         pytest.skip(f"{tool} is not installed", allow_module_level=True)

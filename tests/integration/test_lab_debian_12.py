@@ -4,8 +4,13 @@ likely done, and on a worker of its own rather than holding up another module's 
 
 import os
 
+import pytest
+
 from .conftest import LAB_12
 from .test_local_target import _sacct, _wait_forgotten, assert_jaxlib_accepts_template_xla_flags, deploy
+
+# It waits for the Debian 12 image's background build: longer than the 900 s a test gets elsewhere.
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(2700)]
 
 
 def test_a_debian_12_lab_still_deploys_and_runs_jax_smoke(lab12_store, tmp_path_factory):

@@ -2,8 +2,14 @@
 built (conftest.py). A module of its own, so that with several workers it is taken last, when
 the soak is about done, on a worker of its own."""
 
+import pytest
+
 from .conftest import soak_result
 from .soak import committed_before
+
+# It waits for the soak (5 minutes and more from the lab image's build): longer than the 900 s a
+# test gets elsewhere.
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(2700)]
 
 
 def test_the_soak_ends_every_job_completed_with_the_uninterrupted_loss(lab_build):

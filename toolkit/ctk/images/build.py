@@ -277,7 +277,7 @@ def _build_layer(store: Store, image: str, lp: LayerPlan, lower_keys: list[str],
     """Build one role's layer; returns its profile (see BuildResult.profile)."""
     work = store.scratch(f"{lp.key}.build")
     t0 = time.monotonic()
-    run_files, _, binds = _build_time_inputs(store, lp.te_wheels)
+    run_files, extra_vars, binds = _build_time_inputs(store, lp.te_wheels)
     extra = {}
     seed = _seed_venv(store, lp)
     if seed:
@@ -297,17 +297,17 @@ def _build_layer(store: Store, image: str, lp: LayerPlan, lower_keys: list[str],
     upper = node.upper
     _scrub_upper(upper)
     renumber(upper)  # the accounts this layer made take numbers no host account has
-    profile = {"seconds": 0.0, "boot": round(booted - t0, 2), **log.profile()}
+    end = time.monotonic()  # the commit below is two renames
+    profile = {"seconds": round(end - t0, 2), "boot": round(booted - t0, 2), **log.profile(),
+               "teardown": round(end - applied, 2)}
     if lp.role == "jax":
-        profile["installer"] = "uv" if "jax_uv" in _build_time_inputs(store)[1] else "pip"
+        profile["installer"] = "uv" if "jax_uv" in extra_vars else "pip"
     meta = {"kind": "role", "role": lp.role, "parent": lp.parent, "vars": lp.variables,
-            "seconds": round(time.monotonic() - t0, 1), "profile": profile}
+            "seconds": round(end - t0, 1), "profile": profile}
     if lp.te_wheels:
         meta["te_wheels"] = lp.te_wheels
     store.commit(lp.key, upper, meta)
     shutil.rmtree(work, ignore_errors=True)
-    end = time.monotonic()
-    profile.update(seconds=round(end - t0, 2), teardown=round(end - applied, 2))
     return profile
 
 
@@ -371,9 +371,10 @@ class _Background:
         self._thread = threading.Thread(target=body, name="ctk-prefetch", daemon=True)
         self._thread.start()
 
-    def join(self) -> float:
+    def join(self, quiet: bool = False) -> float:
+        """Wait for it; raise what it raised, unless QUIET (the caller has an error of its own)."""
         self._thread.join()
-        if self._error is not None:
+        if self._error is not None and not quiet:
             raise self._error
         return self._seconds
 
@@ -396,33 +397,46 @@ def build_image(spec: ImageSpec, store: Store | None = None, progress: Progress 
         wheels = None
         if lock is not None and any(lp.role == "jax" and not store.has(lp.key) for lp in layers):
             wheels = _Background(lambda: prefetch_wheels(store, lock, progress))
-        t_base, base_cached = time.monotonic(), store.has(chosen_base_key(store, spec.base))
-        base = ensure_base(store, spec.base, progress)
-        result = BuildResult(spec.name, [base])
-        if not base_cached:
-            result.profile["base"] = {"seconds": round(time.monotonic() - t_base, 2),
-                                      "tool": store.meta(base).get("tool", "debootstrap")}
-        for lp in layers:
-            if store.has(lp.key):
-                progress.say(f"==> layer {lp.role}: cached ({lp.key})")
-                result.cached.append(lp.role)
-            else:
-                with progress.step(f"layer {lp.role} ({lp.key})"):
-                    if wheels is not None and lp.role == "jax":
-                        t_wheels = time.monotonic()
-                        seconds = wheels.join()
-                        result.profile["wheels"] = {"seconds": round(seconds, 2),
-                                                    "waited": round(time.monotonic() - t_wheels, 2)}
-                    result.profile[lp.role] = _build_layer(store, spec.name, lp, result.layers, progress)
-                result.built.append(lp.role)
-            result.layers.append(lp.key)
-        record = {"name": stack.name, "accelerator": stack.accelerator, "pins": dict(stack.pins)}
-        if lock is not None:  # what the venv must hold, exactly: image verification checks it
-            record.update(python=lock.python, lock=lock.versions)
-            if lock.te:
-                record["lock"] = {**lock.versions, te_.SOURCE_DIST: lock.te}
-                record["transformer_engine"] = _te_record(store, lock.te, layers)
-        store.save_image(spec.name, {"name": spec.name, "layers": result.layers, "spec": vars(spec),
-                                     "stack": record})
+        try:
+            result = _build_layers(spec, store, progress, stack, lock, layers, wheels)
+        except BaseException:
+            if wheels is not None:  # its pip stops writing into the wheelhouse before the lock goes
+                wheels.join(quiet=True)
+            raise
     result.seconds = time.monotonic() - t0
+    return result
+
+
+def _build_layers(spec: ImageSpec, store: Store, progress: Progress, stack: Stack, lock: Lock | None,
+                  layers: list[LayerPlan], wheels: _Background | None) -> BuildResult:
+    """The base and each layer of the image, in the store (whose lock the caller holds); the
+    image's record saved."""
+    t_base, base_cached = time.monotonic(), store.has(chosen_base_key(store, spec.base))
+    base = ensure_base(store, spec.base, progress)
+    result = BuildResult(spec.name, [base])
+    if not base_cached:
+        result.profile["base"] = {"seconds": round(time.monotonic() - t_base, 2),
+                                  "tool": store.meta(base).get("tool", "debootstrap")}
+    for lp in layers:
+        if store.has(lp.key):
+            progress.say(f"==> layer {lp.role}: cached ({lp.key})")
+            result.cached.append(lp.role)
+        else:
+            with progress.step(f"layer {lp.role} ({lp.key})"):
+                if wheels is not None and lp.role == "jax":
+                    t_wheels = time.monotonic()
+                    seconds = wheels.join()
+                    result.profile["wheels"] = {"seconds": round(seconds, 2),
+                                                "waited": round(time.monotonic() - t_wheels, 2)}
+                result.profile[lp.role] = _build_layer(store, spec.name, lp, result.layers, progress)
+            result.built.append(lp.role)
+        result.layers.append(lp.key)
+    record = {"name": stack.name, "accelerator": stack.accelerator, "pins": dict(stack.pins)}
+    if lock is not None:  # what the venv must hold, exactly: image verification checks it
+        record.update(python=lock.python, lock=lock.versions)
+        if lock.te:
+            record["lock"] = {**lock.versions, te_.SOURCE_DIST: lock.te}
+            record["transformer_engine"] = _te_record(store, lock.te, layers)
+    store.save_image(spec.name, {"name": spec.name, "layers": result.layers, "spec": vars(spec),
+                                 "stack": record})
     return result

@@ -92,10 +92,13 @@ def verify_image(name: str, store: Store | None = None, progress: Progress | Non
             cached = cached_verification(name, store)
             if cached:
                 return cached
-        return _verify(name, store, progress, rec)
+        return _verify(name, store, progress)
 
 
-def _verify(name: str, store: Store, progress: Progress, rec: dict) -> VerifyResult:
+def _verify(name: str, store: Store, progress: Progress) -> VerifyResult:
+    rec = store.image(name)  # read again under the lock: a build may have changed it meanwhile
+    if rec is None:
+        raise ImageVerifyError(f"no image '{name}' in {store.root}; build it first (ctk image build)")
     store.forget_verified(name)  # a failed run below leaves no pass on record
     checks = checks_digest()
     work = store.scratch(f"verify-{name}")
