@@ -52,3 +52,19 @@ def test_a_verification_that_fails_to_start_leaves_no_pass_on_record(store, monk
     with pytest.raises(RuntimeError):
         verify.verify_image("lab", store, again=True)
     assert store.verified("lab") is None
+
+
+def test_an_unknown_installer_is_refused_before_the_store_is_touched(tmp_path):
+    """CTK_IMAGE_INSTALLER takes uv or pip: a typo exits 2 naming the variable, and no layer or
+    base is made."""
+    import os
+    import subprocess
+    import sys
+    from ctk import paths
+    state = tmp_path / "state"
+    r = subprocess.run([sys.executable, "-m", "ctk", "image", "build", os.path.join(paths.BLUEPRINTS, "lab.yaml")],
+                       capture_output=True, text=True,
+                       env={**os.environ, "CTK_STATE_DIR": str(state), "CTK_IMAGE_INSTALLER": "pipp"})
+    assert r.returncode == 2, r.stderr
+    assert "CTK_IMAGE_INSTALLER=pipp: expected uv or pip" in r.stderr and "Traceback" not in r.stderr
+    assert not (state / "layers").exists() or not os.listdir(state / "layers")

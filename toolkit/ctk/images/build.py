@@ -16,8 +16,8 @@ import os
 import shutil
 import sys
 import tempfile
-import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from .. import paths
@@ -170,7 +170,11 @@ APT_BUILD_CONF = os.path.join(paths.IMAGES, "apt-build.conf")
 def _uv_for_nodes() -> str | None:
     """ctk's own uv binary (its `uv` dependency's), lent read-only to build nodes; None where it
     is missing or CTK_IMAGE_INSTALLER=pip asks for pip (then the jax role installs with pip)."""
-    if os.environ.get("CTK_IMAGE_INSTALLER", "uv") == "pip":
+    want = os.environ.get("CTK_IMAGE_INSTALLER", "uv")
+    if want not in ("uv", "pip"):
+        raise UserError(f"CTK_IMAGE_INSTALLER={want}: expected uv or pip",
+                        hint="unset it to install the jax layer's lock with uv (the default)")
+    if want == "pip":
         return None
     try:
         return uv_bin()
@@ -352,63 +356,42 @@ def _te_record(store: Store, version: str, layers: list[LayerPlan]) -> dict:
     return out
 
 
-class _Background:
-    """A function run on a thread of its own; join() waits for it, returns the seconds it took
-    and raises what it raised."""
-
-    def __init__(self, fn):
-        self._error: BaseException | None = None
-        self._seconds = 0.0
-
-        def body() -> None:
-            t0 = time.monotonic()
-            try:
-                fn()
-            except BaseException as e:  # handed to the thread that joins
-                self._error = e
-            self._seconds = time.monotonic() - t0
-
-        self._thread = threading.Thread(target=body, name="ctk-prefetch", daemon=True)
-        self._thread.start()
-
-    def join(self, quiet: bool = False) -> float:
-        """Wait for it; raise what it raised, unless QUIET (the caller has an error of its own)."""
-        self._thread.join()
-        if self._error is not None and not quiet:
-            raise self._error
-        return self._seconds
-
-
 def build_image(spec: ImageSpec, store: Store | None = None, progress: Progress | None = None,
                 stacks_path: str | None = None) -> BuildResult:
     """Build (or take from the cache) every layer of an image; record the image."""
     store = store or Store()
     progress = progress or Progress()
     stack = get_stack(spec.stack, stacks_path)
-    # Planned before any work: a stack without a lock for the base's Python stops the build here.
+    # Planned before any work: a stack without a lock for the base's Python stops the build here,
+    # as does an unknown CTK_IMAGE_INSTALLER.
     lock = image_lock(spec, stack)
+    _uv_for_nodes()
     layers = plan_layers(spec, chosen_base_key(store, spec.base), stack)
     t0 = time.monotonic()
     with store.lock():
         reaped = store.reap()  # what a build killed part-way left running and half-written
         if reaped:
             progress.say(f"note: stopped {len(reaped)} process(es) an interrupted build of this store left running")
-        # The lock's wheels download while the layers below the jax layer build.
-        wheels = None
-        if lock is not None and any(lp.role == "jax" and not store.has(lp.key) for lp in layers):
-            wheels = _Background(lambda: prefetch_wheels(store, lock, progress))
-        try:
+        # The lock's wheels download on a thread while the layers below the jax layer build; a
+        # failed build waits for it, so that its pip is done with the wheelhouse before the lock goes.
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ctk-wheels") as pool:
+            wheels = None
+            if lock is not None and any(lp.role == "jax" and not store.has(lp.key) for lp in layers):
+                wheels = pool.submit(_timed, prefetch_wheels, store, lock, progress)
             result = _build_layers(spec, store, progress, stack, lock, layers, wheels)
-        except BaseException:
-            if wheels is not None:  # its pip stops writing into the wheelhouse before the lock goes
-                wheels.join(quiet=True)
-            raise
     result.seconds = time.monotonic() - t0
     return result
 
 
+def _timed(fn, *args) -> float:
+    """Run FN(*ARGS); the seconds it took."""
+    t0 = time.monotonic()
+    fn(*args)
+    return time.monotonic() - t0
+
+
 def _build_layers(spec: ImageSpec, store: Store, progress: Progress, stack: Stack, lock: Lock | None,
-                  layers: list[LayerPlan], wheels: _Background | None) -> BuildResult:
+                  layers: list[LayerPlan], wheels: Future | None) -> BuildResult:
     """The base and each layer of the image, in the store (whose lock the caller holds); the
     image's record saved."""
     t_base, base_cached = time.monotonic(), store.has(chosen_base_key(store, spec.base))
@@ -425,7 +408,7 @@ def _build_layers(spec: ImageSpec, store: Store, progress: Progress, stack: Stac
             with progress.step(f"layer {lp.role} ({lp.key})"):
                 if wheels is not None and lp.role == "jax":
                     t_wheels = time.monotonic()
-                    seconds = wheels.join()
+                    seconds = wheels.result()  # raises what the download raised
                     result.profile["wheels"] = {"seconds": round(seconds, 2),
                                                 "waited": round(time.monotonic() - t_wheels, 2)}
                 result.profile[lp.role] = _build_layer(store, spec.name, lp, result.layers, progress)

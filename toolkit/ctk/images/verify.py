@@ -78,13 +78,6 @@ def verify_image(name: str, store: Store | None = None, progress: Progress | Non
     same layers by the same checks stands (the record is kept in the store)."""
     store = store or Store()
     progress = progress or Progress()
-    rec = store.image(name)
-    if rec is None:
-        raise ImageVerifyError(f"no image '{name}' in {store.root}; build it first (ctk image build)")
-    if not again:
-        cached = cached_verification(name, store)
-        if cached:
-            return cached
     # One verification of an image at a time: a second `ctk image build` of the same image waits
     # here, then takes the first one's pass (its node and work folder are the first one's).
     with lock_file(os.path.join(store.tmp, f"verify-{name}.lock")):
@@ -96,7 +89,7 @@ def verify_image(name: str, store: Store | None = None, progress: Progress | Non
 
 
 def _verify(name: str, store: Store, progress: Progress) -> VerifyResult:
-    rec = store.image(name)  # read again under the lock: a build may have changed it meanwhile
+    rec = store.image(name)  # under the lock: a build may have changed it until then
     if rec is None:
         raise ImageVerifyError(f"no image '{name}' in {store.root}; build it first (ctk image build)")
     store.forget_verified(name)  # a failed run below leaves no pass on record
