@@ -105,6 +105,9 @@ def test_changing_a_pin_and_relocking_rebuilds_only_the_jax_layer(lab_build, sta
     assert "\nchex==0.1.91 " in lock
     r = build_image(spec, Store(state), Progress(quiet=True), stacks_path=str(tmp_path / "stacks.yaml"))
     assert r.built == ["jax"] and r.cached == ["common", "munge", "slurm"]
+    # The changed wheel downloaded while the jax layer's node started: the layer waited for
+    # the rest of it, if at all, at the install.
+    assert 0 <= r.profile["wheels"]["waited"] <= r.profile["jax"]["seconds"], r.profile
     assert r.layers[:-1] == lab_build["layers"][:-1] and r.layers[-1] != lab_build["layers"][-1]
     # The venv holds the new lock exactly (verification compares pip's list with it).
     v = verify_image("lab-chex", Store(state), Progress(quiet=True))
@@ -137,6 +140,38 @@ def test_failing_role_is_named_and_never_cached(lab_build, state, tmp_path, monk
         "not (flaky_fixed | default(false))", "false"))
     r = build_image(spec, store, Progress(quiet=True))
     assert r.built == ["flaky"] and r.cached == ["common", "munge"]
+
+
+def test_a_download_failing_while_the_jax_layer_builds_stops_it_with_its_own_error(lab_build, state, tmp_path,
+                                                                                    monkeypatch):
+    """The lock's wheels download while the jax layer's node starts; the role waits for them
+    before it installs. A download that fails meanwhile fails the layer at that wait, the build
+    reports the download's own error, and no jax layer or image is kept."""
+    from ctk.errors import Failure
+    from ctk.images import build as build_mod
+    ansible = tmp_path / "ansible"
+    shutil.copytree(paths.ANSIBLE, ansible)
+    defaults = ansible / "roles" / "jax" / "defaults" / "main.yml"  # a jax layer of its own (a new key)
+    defaults.write_text(defaults.read_text() + f"\n# {os.urandom(4).hex()}\n")
+    monkeypatch.setenv("CTK_ANSIBLE_DIR", str(ansible))
+
+    def download_fails_late(store, lock, progress):
+        time.sleep(4)  # the node is up and the role past its first tasks by then, or about to be
+        raise Failure("downloading the wheels failed: the index is unreachable (on purpose)")
+
+    monkeypatch.setattr(build_mod, "prefetch_wheels", download_fails_late)
+    store = Store(state)
+    before = set(store.all_layers())
+    spec = ImageSpec(name="lab-nowheels", module_id="lab_image")
+    with pytest.raises(Failure) as e:
+        build_image(spec, store, Progress(quiet=True))
+    assert "the index is unreachable (on purpose)" in str(e.value) and not isinstance(e.value, ImageBuildError)
+    log = open(os.path.join(store.root, "logs", "lab-nowheels-jax.log")).read()
+    assert "Wait for the build host to finish downloading the lock's wheels" in log  # the role did wait
+    assert "Check that the build host has them all" in log and "Install the lock into the venv" not in log
+    new = {k: store.meta(k).get("role") for k in set(store.all_layers()) - before}
+    assert "jax" not in new.values(), f"a failed build cached {new}"
+    assert store.image("lab-nowheels") is None
 
 
 def test_roles_are_idempotent_on_the_built_image(lab_build, state):

@@ -1,8 +1,11 @@
 """A verified image is not verified again unless its layers or the checks change, or the user
 asks; a failed verification leaves no pass on record."""
 
+import os
+
 import pytest
 
+from ctk import paths
 from ctk.images import verify
 from ctk.images.store import Store
 
@@ -68,3 +71,23 @@ def test_an_unknown_installer_is_refused_before_the_store_is_touched(tmp_path):
     assert r.returncode == 2, r.stderr
     assert "CTK_IMAGE_INSTALLER=pipp: expected uv or pip" in r.stderr and "Traceback" not in r.stderr
     assert not (state / "layers").exists() or not os.listdir(state / "layers")
+
+
+def test_the_wheels_marker_says_ok_or_why_the_download_failed(tmp_path):
+    """What the jax role's wait reads (jax_wheels_ready): written once the download ends, whole."""
+    from concurrent.futures import Future
+
+    from ctk.images import build
+
+    ok, bad = Future(), Future()
+    build._wheels_ready_marker(ok, str(tmp_path / "ok"))
+    build._wheels_ready_marker(bad, str(tmp_path / "bad"))
+    assert not (tmp_path / "ok").exists()  # not before the download ends
+    ok.set_result(1.5)
+    bad.set_exception(RuntimeError("pip download failed: no route to the index\nmore lines"))
+    assert (tmp_path / "ok").read_text() == "ok\n"
+    assert (tmp_path / "bad").read_text() == "failed: pip download failed: no route to the index\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad", "ok"]  # no temporary file left
+    # The role's wait task is the one the build's profile times.
+    tasks = open(os.path.join(paths.ansible_dir(), "roles", "jax", "tasks", "install.yml")).read()
+    assert f"- name: {build._WHEELS_WAIT_TASK.split(': ', 1)[1]}\n" in tasks

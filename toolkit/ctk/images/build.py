@@ -277,12 +277,42 @@ def _seed_venv(store: Store, lp: LayerPlan) -> tuple[str, str] | None:
     return max(donors)[1:] if donors else None
 
 
-def _build_layer(store: Store, image: str, lp: LayerPlan, lower_keys: list[str], progress: Progress) -> dict:
-    """Build one role's layer; returns its profile (see BuildResult.profile)."""
+WHEELS_READY_IN_NODE = "/run/ctk-ready/wheels"
+_WHEELS_WAIT_TASK = "jax: Wait for the build host to finish downloading the lock's wheels"
+
+
+def _wheels_ready_marker(wheels: Future, path: str) -> None:
+    """Once the download of WHEELS ends, write PATH (atomically): "ok", or "failed" and why, for
+    the jax role's wait (jax_wheels_ready)."""
+    def done(f: Future) -> None:
+        exc = f.exception()
+        text = "ok\n" if exc is None else f"failed: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}\n"
+        tmp = path + ".tmp"
+        with open(tmp, "w") as fh:
+            fh.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    wheels.add_done_callback(done)
+
+
+def _build_layer(store: Store, image: str, lp: LayerPlan, lower_keys: list[str], progress: Progress,
+                 wheels: Future | None = None) -> dict:
+    """Build one role's layer; returns its profile (see BuildResult.profile). WHEELS, for the jax
+    layer, is the download of its lock's wheels, which may still be running: the role waits for it
+    after the node's start and its first tasks (and the profile says for how long, in
+    "wheels_waited")."""
     work = store.scratch(f"{lp.key}.build")
     t0 = time.monotonic()
     run_files, extra_vars, binds = _build_time_inputs(store, lp.te_wheels)
     extra = {}
+    if wheels is not None and wheels.done():
+        wheels.result()  # raises what the download raised
+    elif wheels is not None:
+        ready = os.path.join(work, "ready")
+        os.makedirs(ready, mode=0o755)
+        binds = binds + [{"src": ready, "dest": os.path.dirname(WHEELS_READY_IN_NODE), "ro": True}]
+        extra["jax_wheels_ready"] = WHEELS_READY_IN_NODE
+        _wheels_ready_marker(wheels, os.path.join(ready, os.path.basename(WHEELS_READY_IN_NODE)))
     seed = _seed_venv(store, lp)
     if seed:
         binds = binds + [{"src": seed[1], "dest": SEED_VENV_IN_NODE, "ro": True}]
@@ -294,6 +324,8 @@ def _build_layer(store: Store, image: str, lp: LayerPlan, lower_keys: list[str],
     try:
         log = _apply_role(store, node, lp.role, {**lp.variables, **extra}, work, log_path, progress, lp.te_wheels)
     except packer.PackerError as e:
+        if wheels is not None and wheels.done() and wheels.exception() is not None:
+            wheels.result()  # the download's own error says more than the role's wait
         raise ImageBuildError(f"image '{image}', layer '{lp.role}': {e}\n(full log: {log_path})") from None
     finally:
         applied = time.monotonic()
@@ -304,6 +336,8 @@ def _build_layer(store: Store, image: str, lp: LayerPlan, lower_keys: list[str],
     end = time.monotonic()  # the commit below is two renames
     profile = {"seconds": round(end - t0, 2), "boot": round(booted - t0, 2), **log.profile(),
                "teardown": round(end - applied, 2)}
+    if wheels is not None:
+        profile["wheels_waited"] = round(log.span(_WHEELS_WAIT_TASK) or 0.0, 2)
     if lp.role == "jax":
         profile["installer"] = "uv" if "jax_uv" in extra_vars else "pip"
     meta = {"kind": "role", "role": lp.role, "parent": lp.parent, "vars": lp.variables,
@@ -406,12 +440,11 @@ def _build_layers(spec: ImageSpec, store: Store, progress: Progress, stack: Stac
             result.cached.append(lp.role)
         else:
             with progress.step(f"layer {lp.role} ({lp.key})"):
-                if wheels is not None and lp.role == "jax":
-                    t_wheels = time.monotonic()
-                    seconds = wheels.result()  # raises what the download raised
-                    result.profile["wheels"] = {"seconds": round(seconds, 2),
-                                                "waited": round(time.monotonic() - t_wheels, 2)}
-                result.profile[lp.role] = _build_layer(store, spec.name, lp, result.layers, progress)
+                layer_wheels = wheels if lp.role == "jax" else None
+                result.profile[lp.role] = _build_layer(store, spec.name, lp, result.layers, progress, layer_wheels)
+                if layer_wheels is not None:
+                    result.profile["wheels"] = {"seconds": round(layer_wheels.result(), 2),
+                                                "waited": result.profile[lp.role].pop("wheels_waited")}
             result.built.append(lp.role)
         result.layers.append(lp.key)
     record = {"name": stack.name, "accelerator": stack.accelerator, "pins": dict(stack.pins)}

@@ -67,6 +67,14 @@ class BuildLog:
             self.ok, self.changed = recap[1]["ok"], recap[1]["changed"]
         return None
 
+    def span(self, name: str) -> float | None:
+        """Seconds the task NAME ("role: task") took, the first time it ran; None if it did not."""
+        end = self.ended if self.ended is not None else time.monotonic()
+        for (role, task), a, b in zip(self.tasks, self.task_starts, self.task_starts[1:] + [end]):
+            if f"{role + ': ' if role else ''}{task}" == name:
+                return b - a
+        return None
+
     def profile(self, slowest: int = 6) -> dict:
         """Seconds: packer's start until it reached the node and began Ansible, Ansible's start
         until its first task, the tasks, and the slowest tasks by name ("role: task")."""
