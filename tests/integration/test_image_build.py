@@ -108,6 +108,15 @@ def test_changing_a_pin_and_relocking_rebuilds_only_the_jax_layer(lab_build, sta
     # The changed wheel downloaded while the jax layer's node started: the layer waited for
     # the rest of it, if at all, at the install.
     assert 0 <= r.profile["wheels"]["waited"] <= r.profile["jax"]["seconds"], r.profile
+    # It started from an earlier jax layer's venv over the same layers (hard-linked, the kernel
+    # copying up what changed): that layer still holds its own chex, and the new one only the new.
+    donor = r.profile["jax"]["seeded_from"]
+    assert donor.startswith("jax-") and donor != r.layers[-1], r.profile
+    def chex(key):
+        site = os.path.join(Store(state).layer_root(key), "opt/ctk/jax/lib", f"python{py}", "site-packages")
+        return sorted(n for n in os.listdir(site) if n.startswith("chex-"))
+    assert chex(r.layers[-1]) == ["chex-0.1.91.dist-info"]
+    assert chex(donor) and chex(donor) != ["chex-0.1.91.dist-info"]
     assert r.layers[:-1] == lab_build["layers"][:-1] and r.layers[-1] != lab_build["layers"][-1]
     # The venv holds the new lock exactly (verification compares pip's list with it).
     v = verify_image("lab-chex", Store(state), Progress(quiet=True))

@@ -30,7 +30,7 @@ from ..stacks.lock import uv_bin
 from ..stacks import te as te_
 from ..stacks.drivers import cuda_toolkit
 from ..stacks.rolevars import role_variables
-from . import buildnode, packer
+from . import buildnode, overlay, packer
 from .accounts import renumber
 from .base import chosen_base_key, ensure_base
 from .store import Store
@@ -217,7 +217,8 @@ def _build_time_inputs(store: Store, te_wheels: str | None = None) -> tuple[dict
 
 def _scrub_upper(upper: str) -> None:
     """Drop what a login leaves behind; it is not part of the role's work."""
-    for rel in ("var/log/wtmp", "var/log/lastlog", "var/log/btmp", "root/.ansible", "root/.ssh/known_hosts",
+    for rel in ("var/log/wtmp", "var/log/wtmp.db", "var/log/lastlog", "var/log/btmp", "root/.ansible",
+                "root/.ssh/known_hosts",
                 "etc/hostname"):  # the build node's name, which nodeinit writes
         p = os.path.join(upper, rel)
         if os.path.isdir(p) and not os.path.islink(p):
@@ -258,13 +259,10 @@ def _log_path(store: Store, image: str, role: str) -> str:
     return path
 
 
-SEED_VENV_IN_NODE = "/run/ctk-seed-venv"
-
-
 def _seed_venv(store: Store, lp: LayerPlan) -> tuple[str, str] | None:
     """(key, venv path) of the newest jax layer built over the same layers below, if any:
-    starting from its venv, a pin change reinstalls only the changed packages. (The result is
-    the venv pip makes of the new pins; a package the new pins no longer need may stay.)"""
+    starting from its venv, a pin change reinstalls only the changed packages (and the role
+    removes what the new lock no longer names)."""
     if lp.role != "jax":
         return None
     donors = []
@@ -275,6 +273,20 @@ def _seed_venv(store: Store, lp: LayerPlan) -> tuple[str, str] | None:
                 os.path.lexists(os.path.join(venv, "bin", "python")):
             donors.append((meta.get("created", ""), key, venv))
     return max(donors)[1:] if donors else None
+
+
+def _seed_tree(store: Store, donor: str, venv: str, tree: str) -> None:
+    """TREE: a lower dir holding the donor's venv at the same place, hard-linked (the kernel
+    copies up what the role changes; the donor layer is never written), its folders above it as
+    the donor layer has them."""
+    os.makedirs(tree)
+    rel = os.path.relpath(venv, store.layer_root(donor))
+    parent = tree
+    for part in os.path.dirname(rel).split(os.sep):
+        parent = os.path.join(parent, part)
+        os.mkdir(parent)
+        overlay.copy_dir_meta(os.path.join(store.layer_root(donor), os.path.relpath(parent, tree)), parent)
+    overlay.hardlink_tree(venv, os.path.join(tree, rel))
 
 
 WHEELS_READY_IN_NODE = "/run/ctk-ready/wheels"
@@ -304,7 +316,15 @@ def _build_layer(store: Store, image: str, lp: LayerPlan, lower_keys: list[str],
     work = store.scratch(f"{lp.key}.build")
     t0 = time.monotonic()
     run_files, extra_vars, binds = _build_time_inputs(store, lp.te_wheels)
-    extra = {}
+    extra: dict = {}
+    lowers = store.lowerdirs(lower_keys)
+    seed = _seed_venv(store, lp)
+    seed_tree = os.path.join(work, "seed")
+    if seed:
+        t_seed = time.monotonic()
+        _seed_tree(store, seed[0], seed[1], seed_tree)
+        lowers = [seed_tree] + lowers
+        progress.task(f"starting from the venv of layer {seed[0]} (hard-linked, {time.monotonic() - t_seed:.1f} s)")
     if wheels is not None and wheels.done():
         wheels.result()  # raises what the download raised
     elif wheels is not None:
@@ -313,12 +333,7 @@ def _build_layer(store: Store, image: str, lp: LayerPlan, lower_keys: list[str],
         binds = binds + [{"src": ready, "dest": os.path.dirname(WHEELS_READY_IN_NODE), "ro": True}]
         extra["jax_wheels_ready"] = WHEELS_READY_IN_NODE
         _wheels_ready_marker(wheels, os.path.join(ready, os.path.basename(WHEELS_READY_IN_NODE)))
-    seed = _seed_venv(store, lp)
-    if seed:
-        binds = binds + [{"src": seed[1], "dest": SEED_VENV_IN_NODE, "ro": True}]
-        extra["jax_seed_venv"] = SEED_VENV_IN_NODE
-        progress.task(f"starting from the venv of layer {seed[0]}")
-    node = buildnode.boot(store.lowerdirs(lower_keys), work, run_files=run_files, binds=binds)
+    node = buildnode.boot(lowers, work, run_files=run_files, binds=binds)
     booted = time.monotonic()
     log_path = _log_path(store, image, lp.role)
     try:
@@ -333,6 +348,10 @@ def _build_layer(store: Store, image: str, lp: LayerPlan, lower_keys: list[str],
     upper = node.upper
     _scrub_upper(upper)
     renumber(upper)  # the accounts this layer made take numbers no host account has
+    if seed:  # the layer is the seed with the role's changes applied
+        overlay.apply_upper(upper, seed_tree)
+        overlay.copy_dir_meta(upper, seed_tree)
+        upper = seed_tree
     end = time.monotonic()  # the commit below is two renames
     profile = {"seconds": round(end - t0, 2), "boot": round(booted - t0, 2), **log.profile(),
                "teardown": round(end - applied, 2)}
@@ -340,6 +359,8 @@ def _build_layer(store: Store, image: str, lp: LayerPlan, lower_keys: list[str],
         profile["wheels_waited"] = round(log.span(_WHEELS_WAIT_TASK) or 0.0, 2)
     if lp.role == "jax":
         profile["installer"] = "uv" if "jax_uv" in extra_vars else "pip"
+        if seed:
+            profile["seeded_from"] = seed[0]
     meta = {"kind": "role", "role": lp.role, "parent": lp.parent, "vars": lp.variables,
             "seconds": round(end - t0, 1), "profile": profile}
     if lp.te_wheels:
