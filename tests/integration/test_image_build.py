@@ -45,7 +45,10 @@ def test_lab_image_builds_and_verifies(lab_build):
         assert p["task_count"] == len(p["slowest_tasks"]) or len(p["slowest_tasks"]) == 6, p
     assert prof["jax"]["installer"] == "uv"
     slowest = dict(prof["jax"]["slowest_tasks"])
-    assert "jax: Install the lock into the venv with uv, hashes required" in slowest, slowest
+    if prof["jax"].get("seeded_from") == "beside":  # the venv was made beside the layers below it
+        assert prof["venv_beside"]["seconds"] > 0 and len(lab_build["built"]) > 1, prof
+    else:
+        assert "jax: Install the lock into the venv with uv, hashes required" in slowest, slowest
     assert all(secs >= 0 for secs in slowest.values())
 
 
@@ -181,6 +184,45 @@ def test_a_download_failing_while_the_jax_layer_builds_stops_it_with_its_own_err
     new = {k: store.meta(k).get("role") for k in set(store.all_layers()) - before}
     assert "jax" not in new.values(), f"a failed build cached {new}"
     assert store.image("lab-nowheels") is None
+
+
+def test_the_jax_venv_is_made_beside_the_layers_below_and_a_failure_there_costs_only_time(lab_build, state,
+                                                                                           tmp_path, monkeypatch):
+    """With layers below it to build, the jax layer's venv is made meanwhile in a second node of
+    the base; the jax layer starts from it and the image passes verification (its venv holds the
+    lock exactly). Where that fails, the jax layer makes its own venv and the build goes on."""
+    ansible = tmp_path / "ansible"
+    shutil.copytree(paths.ANSIBLE, ansible)
+    monkeypatch.setenv("CTK_ANSIBLE_DIR", str(ansible))
+    common = ansible / "roles" / "common" / "defaults" / "main.yml"
+
+    def new_common():  # a common layer of its own (a new key), so there is a layer below to build
+        common.write_text(common.read_text() + f"\n# {os.urandom(4).hex()}\n")
+
+    store = Store(state)
+    new_common()
+    spec = ImageSpec(name="lab-beside", module_id="lab_image", roles=["common", "jax"])
+    r = build_image(spec, store, Progress(quiet=True))
+    assert r.built == ["common", "jax"], r
+    assert r.profile["jax"]["seeded_from"] == "beside" and r.profile["venv_beside"]["seconds"] > 0, r.profile
+    assert not os.path.exists(os.path.join(store.tmp, f"{r.layers[-1]}.venv"))  # its scratch folder is gone
+    v = verify_image("lab-beside", store, Progress(quiet=True))
+    assert v.passed > 0 and "failed" not in v.summary, v.summary
+
+    # The same with the role failing in the node beside (and only there): the build still passes.
+    tasks = ansible / "roles" / "jax" / "tasks" / "install.yml"
+    tasks.write_text(tasks.read_text().replace(
+        "---\n", "---\n- name: Fail in the node beside\n  ansible.builtin.command: /bin/false\n"
+                  "  changed_when: false\n  when: ansible_facts['hostname'] == 'ctk-build-venv'\n\n", 1))
+    new_common()
+    r = build_image(ImageSpec(name="lab-beside", module_id="lab_image", roles=["common", "jax"]), store,
+                    Progress(quiet=True))
+    assert r.built == ["common", "jax"], r
+    assert "task 'Fail in the node beside'" in r.profile["venv_beside"]["failed"], r.profile
+    assert "seeded_from" not in r.profile["jax"], r.profile
+    assert "jax: Install the lock into the venv with uv, hashes required" in dict(r.profile["jax"]["slowest_tasks"])
+    v = verify_image("lab-beside", store, Progress(quiet=True))
+    assert v.passed > 0 and "failed" not in v.summary, v.summary
 
 
 def test_roles_are_idempotent_on_the_built_image(lab_build, state):

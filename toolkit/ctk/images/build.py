@@ -251,8 +251,12 @@ def _apply_role(store: Store, node: buildnode.BuildNode, role: str, variables: d
         env=packer.packer_env(os.path.dirname(sys.executable)), log_path=log_path)
 
 
+def _log_path_name(store: Store, image: str, role: str) -> str:
+    return os.path.join(store.root, "logs", f"{image}-{role}.log")
+
+
 def _log_path(store: Store, image: str, role: str) -> str:
-    path = os.path.join(store.root, "logs", f"{image}-{role}.log")
+    path = _log_path_name(store, image, role)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     if os.path.exists(path):
         os.unlink(path)
@@ -275,18 +279,55 @@ def _seed_venv(store: Store, lp: LayerPlan) -> tuple[str, str] | None:
     return max(donors)[1:] if donors else None
 
 
-def _seed_tree(store: Store, donor: str, venv: str, tree: str) -> None:
-    """TREE: a lower dir holding the donor's venv at the same place, hard-linked (the kernel
-    copies up what the role changes; the donor layer is never written), its folders above it as
-    the donor layer has them."""
+def _seed_tree(source_root: str, venv: str, tree: str, move: bool = False) -> None:
+    """TREE: a lower dir holding the venv VENV (under SOURCE_ROOT) at the same place, its folders
+    above it as SOURCE_ROOT has them. The venv is hard-linked (the kernel copies up what the role
+    changes, so the source is never written), or moved where MOVE (a scratch folder's)."""
     os.makedirs(tree)
-    rel = os.path.relpath(venv, store.layer_root(donor))
+    rel = os.path.relpath(venv, source_root)
     parent = tree
     for part in os.path.dirname(rel).split(os.sep):
         parent = os.path.join(parent, part)
         os.mkdir(parent)
-        overlay.copy_dir_meta(os.path.join(store.layer_root(donor), os.path.relpath(parent, tree)), parent)
-    overlay.hardlink_tree(venv, os.path.join(tree, rel))
+        overlay.copy_dir_meta(os.path.join(source_root, os.path.relpath(parent, tree)), parent)
+    if move:
+        os.rename(venv, os.path.join(tree, rel))
+    else:
+        overlay.hardlink_tree(venv, os.path.join(tree, rel))
+
+
+# A second build node, for the venv made beside the layers below the jax layer.
+BESIDE_ADDR = "127.0.250.2"
+
+
+def _beside_dir(store: Store, lp: LayerPlan) -> str:
+    return os.path.join(store.tmp, f"{lp.key}.venv")
+
+
+def _timed_venv_beside(store: Store, image: str, lp: LayerPlan, base: str, wheels: Future | None) -> tuple[float, str]:
+    t0 = time.monotonic()
+    root = _venv_beside(store, image, lp, base, wheels)
+    return time.monotonic() - t0, root
+
+
+def _venv_beside(store: Store, image: str, lp: LayerPlan, base: str, wheels: Future | None) -> str:
+    """The jax role, with the jax layer's own variables, applied in a node of the base alone while
+    the layers below the jax layer build (the venv needs nothing of theirs but the base's Python):
+    returns the node's upper dir, whose venv then seeds the jax layer, where the role runs again
+    and finds the venv already holding its lock. Everything else of this run is thrown away."""
+    if wheels is not None:
+        wheels.result()
+    work = _beside_dir(store, lp)
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    run_files, _, binds = _build_time_inputs(store)
+    node = buildnode.boot(store.lowerdirs([base]), work, run_files=run_files, binds=binds,
+                          hostname="ctk-build-venv", addr=BESIDE_ADDR)
+    try:
+        _apply_role(store, node, lp.role, lp.variables, work, _log_path(store, image, "jax-venv"), Progress(quiet=True))
+    finally:
+        node.stop()
+    return node.upper
 
 
 WHEELS_READY_IN_NODE = "/run/ctk-ready/wheels"
@@ -308,7 +349,7 @@ def _wheels_ready_marker(wheels: Future, path: str) -> None:
 
 
 def _build_layer(store: Store, image: str, lp: LayerPlan, lower_keys: list[str], progress: Progress,
-                 wheels: Future | None = None) -> dict:
+                 wheels: Future | None = None, beside: Future | None = None) -> dict:
     """Build one role's layer; returns its profile (see BuildResult.profile). WHEELS, for the jax
     layer, is the download of its lock's wheels, which may still be running: the role waits for it
     after the node's start and its first tasks (and the profile says for how long, in
@@ -320,9 +361,24 @@ def _build_layer(store: Store, image: str, lp: LayerPlan, lower_keys: list[str],
     lowers = store.lowerdirs(lower_keys)
     seed = _seed_venv(store, lp)
     seed_tree = os.path.join(work, "seed")
-    if seed:
+    venv_beside = None
+    if beside is not None:  # the venv made beside the layers below: the layer starts from it
+        t_wait = time.monotonic()
+        try:
+            seconds, root = beside.result()
+            venv_beside = {"seconds": round(seconds, 2), "waited": round(time.monotonic() - t_wait, 2)}
+            _seed_tree(root, os.path.join(root, "opt", "ctk", "jax"), seed_tree, move=True)
+            seed = ("beside", seed_tree)
+            lowers = [seed_tree] + lowers
+            progress.task(f"starting from the venv made beside the layers below ({seconds:.1f} s)")
+        except Exception as e:  # noqa: BLE001 (a failed head start only costs the time it would have saved)
+            progress.say(f"note: the venv made beside the layers below failed ({str(e).splitlines()[0] if str(e) else e!r}); "
+                         f"the jax layer makes its own (log: {_log_path_name(store, image, 'jax-venv')})")
+            venv_beside = {"failed": str(e).splitlines()[0] if str(e) else repr(e)}
+            shutil.rmtree(seed_tree, ignore_errors=True)
+    elif seed:
         t_seed = time.monotonic()
-        _seed_tree(store, seed[0], seed[1], seed_tree)
+        _seed_tree(store.layer_root(seed[0]), seed[1], seed_tree)
         lowers = [seed_tree] + lowers
         progress.task(f"starting from the venv of layer {seed[0]} (hard-linked, {time.monotonic() - t_seed:.1f} s)")
     if wheels is not None and wheels.done():
@@ -361,6 +417,8 @@ def _build_layer(store: Store, image: str, lp: LayerPlan, lower_keys: list[str],
         profile["installer"] = "uv" if "jax_uv" in extra_vars else "pip"
         if seed:
             profile["seeded_from"] = seed[0]
+    if beside is not None:
+        profile["venv_beside"] = venv_beside
     meta = {"kind": "role", "role": lp.role, "parent": lp.parent, "vars": lp.variables,
             "seconds": round(end - t0, 1), "profile": profile}
     if lp.te_wheels:
@@ -429,11 +487,17 @@ def build_image(spec: ImageSpec, store: Store | None = None, progress: Progress 
             progress.say(f"note: stopped {len(reaped)} process(es) an interrupted build of this store left running")
         # The lock's wheels download on a thread while the layers below the jax layer build; a
         # failed build waits for it, so that its pip is done with the wheelhouse before the lock goes.
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ctk-wheels") as pool:
-            wheels = None
-            if lock is not None and any(lp.role == "jax" and not store.has(lp.key) for lp in layers):
-                wheels = pool.submit(_timed, prefetch_wheels, store, lock, progress)
-            result = _build_layers(spec, store, progress, stack, lock, layers, wheels)
+        # The jax layer's venv may be made meanwhile too, beside them (_venv_beside); its folder
+        # goes once the build ends, whichever way.
+        try:
+            with ThreadPoolExecutor(max_workers=2, thread_name_prefix="ctk-image") as pool:
+                wheels = None
+                if lock is not None and any(lp.role == "jax" and not store.has(lp.key) for lp in layers):
+                    wheels = pool.submit(_timed, prefetch_wheels, store, lock, progress)
+                result = _build_layers(spec, store, progress, stack, lock, layers, wheels, pool)
+        finally:
+            for lp in layers:
+                shutil.rmtree(_beside_dir(store, lp), ignore_errors=True)
     result.seconds = time.monotonic() - t0
     return result
 
@@ -446,7 +510,7 @@ def _timed(fn, *args) -> float:
 
 
 def _build_layers(spec: ImageSpec, store: Store, progress: Progress, stack: Stack, lock: Lock | None,
-                  layers: list[LayerPlan], wheels: Future | None) -> BuildResult:
+                  layers: list[LayerPlan], wheels: Future | None, pool: ThreadPoolExecutor) -> BuildResult:
     """The base and each layer of the image, in the store (whose lock the caller holds); the
     image's record saved."""
     t_base, base_cached = time.monotonic(), store.has(chosen_base_key(store, spec.base))
@@ -455,6 +519,12 @@ def _build_layers(spec: ImageSpec, store: Store, progress: Progress, stack: Stac
     if not base_cached:
         result.profile["base"] = {"seconds": round(time.monotonic() - t_base, 2),
                                   "tool": store.meta(base).get("tool", "debootstrap")}
+    beside = None
+    jax = next((i for i, lp in enumerate(layers) if lp.role == "jax" and not store.has(lp.key)), None)
+    if jax is not None and lock is not None and not layers[jax].te_wheels and \
+            any(not store.has(lp.key) for lp in layers[:jax]) and _seed_venv(store, layers[jax]) is None:
+        progress.say("==> the jax venv: made beside the layers below it, in a node of the base")
+        beside = pool.submit(_timed_venv_beside, store, spec.name, layers[jax], base, wheels)
     for lp in layers:
         if store.has(lp.key):
             progress.say(f"==> layer {lp.role}: cached ({lp.key})")
@@ -462,10 +532,14 @@ def _build_layers(spec: ImageSpec, store: Store, progress: Progress, stack: Stac
         else:
             with progress.step(f"layer {lp.role} ({lp.key})"):
                 layer_wheels = wheels if lp.role == "jax" else None
-                result.profile[lp.role] = _build_layer(store, spec.name, lp, result.layers, progress, layer_wheels)
+                layer_beside = beside if lp.role == "jax" else None
+                result.profile[lp.role] = _build_layer(store, spec.name, lp, result.layers, progress, layer_wheels,
+                                                       layer_beside)
                 if layer_wheels is not None:
                     result.profile["wheels"] = {"seconds": round(layer_wheels.result(), 2),
                                                 "waited": result.profile[lp.role].pop("wheels_waited")}
+                if layer_beside is not None:
+                    result.profile["venv_beside"] = result.profile[lp.role].pop("venv_beside")
             result.built.append(lp.role)
         result.layers.append(lp.key)
     record = {"name": stack.name, "accelerator": stack.accelerator, "pins": dict(stack.pins)}
