@@ -5,6 +5,7 @@ One lab image is built per test session into a fresh state dir (CTK_STATE_DIR)."
 
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -16,6 +17,7 @@ import yaml
 
 from ctk import paths
 from ctk.images.build import ImageBuildError, build_image
+from ctk.images.packer import parse_record
 from ctk.images.store import Store
 from ctk.images.verify import verify_image
 from ctk.model import BASE_PYTHON, ImageSpec
@@ -167,8 +169,14 @@ def test_a_download_failing_while_the_jax_layer_builds_stops_it_with_its_own_err
     defaults.write_text(defaults.read_text() + f"\n# {os.urandom(4).hex()}\n")
     monkeypatch.setenv("CTK_ANSIBLE_DIR", str(ansible))
 
+    from ctk.waiting import poll
+    log_path = os.path.join(state, "logs", "lab-nowheels-jax.log")
+
+    def role_waits():
+        return os.path.exists(log_path) and "Wait for the build host to finish downloading" in open(log_path).read()
+
     def download_fails_late(store, lock, progress):
-        time.sleep(4)  # the node is up and the role past its first tasks by then, or about to be
+        poll(role_waits, timeout=300, interval=0.2)  # the node is up and the role at its wait
         raise Failure("downloading the wheels failed: the index is unreachable (on purpose)")
 
     monkeypatch.setattr(build_mod, "prefetch_wheels", download_fails_late)
@@ -178,12 +186,16 @@ def test_a_download_failing_while_the_jax_layer_builds_stops_it_with_its_own_err
     with pytest.raises(Failure) as e:
         build_image(spec, store, Progress(quiet=True))
     assert "the index is unreachable (on purpose)" in str(e.value) and not isinstance(e.value, ImageBuildError)
-    log = open(os.path.join(store.root, "logs", "lab-nowheels-jax.log")).read()
+    log = open(log_path).read()
     assert "Wait for the build host to finish downloading the lock's wheels" in log  # the role did wait
     assert "Check that the build host has them all" in log and "Install the lock into the venv" not in log
-    new = {k: store.meta(k).get("role") for k in set(store.all_layers()) - before}
-    assert "jax" not in new.values(), f"a failed build cached {new}"
+    from ctk.images.base import chosen_base_key
+    from ctk.stacks import get_stack
+    plan = build_mod.plan_layers(spec, chosen_base_key(store, spec.base), get_stack(spec.stack))
+    jax_key = next(lp.key for lp in plan if lp.role == "jax")
+    assert jax_key not in before and not store.has(jax_key), f"a failed build cached {jax_key}"
     assert store.image("lab-nowheels") is None
+    assert not [d for d in os.listdir(store.tmp) if d.endswith(".venv.build")], os.listdir(store.tmp)
 
 
 def test_the_jax_venv_is_made_beside_the_layers_below_and_a_failure_there_costs_only_time(lab_build, state,
@@ -205,7 +217,13 @@ def test_the_jax_venv_is_made_beside_the_layers_below_and_a_failure_there_costs_
     r = build_image(spec, store, Progress(quiet=True))
     assert r.built == ["common", "jax"], r
     assert r.profile["jax"]["seeded_from"] == "beside" and r.profile["venv_beside"]["seconds"] > 0, r.profile
-    assert not os.path.exists(os.path.join(store.tmp, f"{r.layers[-1]}.venv"))  # its scratch folder is gone
+    assert not [d for d in os.listdir(store.tmp) if d.endswith(".build")], os.listdir(store.tmp)  # scratch gone
+    # The jax layer's own run found the lock installed: uv installed nothing there.
+    jax_log = open(os.path.join(state, "logs", "lab-beside-jax.log")).read()
+    lines = [",".join(rec[1]) for rec in map(parse_record, jax_log.splitlines()) if rec]
+    task = next(i for i, line in enumerate(lines) if "TASK [jax : Install the lock into the venv with uv, hashes required]" in line)
+    status = next(line for line in lines[task + 1:] if re.search(r"\b(ok|changed|skipping|fatal): \[", line))
+    assert re.search(r"\bok: \[", status), status
     v = verify_image("lab-beside", store, Progress(quiet=True))
     assert v.passed > 0 and "failed" not in v.summary, v.summary
 
@@ -223,6 +241,39 @@ def test_the_jax_venv_is_made_beside_the_layers_below_and_a_failure_there_costs_
     assert "jax: Install the lock into the venv with uv, hashes required" in dict(r.profile["jax"]["slowest_tasks"])
     v = verify_image("lab-beside", store, Progress(quiet=True))
     assert v.passed > 0 and "failed" not in v.summary, v.summary
+
+
+def test_a_layer_below_failing_stops_the_venv_made_beside_it(lab_build, state, tmp_path, monkeypatch):
+    """The common layer fails while the jax venv is being made beside it (a role that would take
+    ten minutes there): the build stops at once with the common layer's error, the node beside is
+    stopped, and nothing of either is left in the store."""
+    ansible = tmp_path / "ansible"
+    shutil.copytree(paths.ANSIBLE, ansible)
+    monkeypatch.setenv("CTK_ANSIBLE_DIR", str(ansible))
+    slow = ansible / "roles" / "jax" / "tasks" / "install.yml"
+    slow.write_text(slow.read_text().replace(
+        "---\n", "---\n- name: Take ten minutes in the node beside\n  ansible.builtin.command: sleep 600\n"
+                  "  changed_when: false\n  when: ansible_facts['hostname'] == 'ctk-build-venv'\n\n", 1))
+    common = ansible / "roles" / "common" / "tasks" / "install.yml"
+    common.write_text(common.read_text().replace(
+        "---\n", "---\n- name: Wait for the node beside, then fail\n  ansible.builtin.shell: sleep 3; exit 1\n"
+                  "  changed_when: false\n\n", 1))
+    store = Store(state)
+    before = set(store.all_layers())
+    t0 = time.monotonic()
+    with pytest.raises(ImageBuildError) as e:
+        build_image(ImageSpec(name="lab-below-fails", module_id="lab_image", roles=["common", "jax"]), store,
+                    Progress(quiet=True))
+    took = time.monotonic() - t0
+    assert "layer 'common'" in str(e.value) and "Wait for the node beside, then fail" in str(e.value)
+    assert took < 300, f"the build waited {took:.0f} s for the role beside"  # the role beside takes 600 s
+    venv_log = open(os.path.join(state, "logs", "lab-below-fails-jax-venv.log")).read()
+    assert "ctk: the venv made beside the layers below stopped" in venv_log
+    assert store.leftovers() == [], "a build node still runs"
+    # The node beside leaves nothing (the failed layer's own work folder stays for its log's
+    # reader, until the next build of the store reaps it).
+    assert not [d for d in os.listdir(store.tmp) if d.endswith(".venv.build")], os.listdir(store.tmp)
+    assert set(store.all_layers()) == before
 
 
 def test_roles_are_idempotent_on_the_built_image(lab_build, state):

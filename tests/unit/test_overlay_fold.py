@@ -1,5 +1,6 @@
 """Folding a real overlayfs upper dir into its hard-linked seed (ctk.images.overlay): the folded
-tree is what the mount showed, and the tree the seed's links point to is never written."""
+tree, mounted over the lower dirs that were below the seed, shows what the mount showed, and the
+tree the seed's links point to is never written."""
 
 import hashlib
 import os
@@ -43,6 +44,17 @@ def build_donor(top: str) -> None:
     os.symlink("python", os.path.join(top, "venv/bin/python3"))
 
 
+def build_bottom(top: str) -> None:
+    """A layer below the seed (as the base and the layers below the jax layer are): the role
+    deletes some of its files and a folder, and makes one of its folders again."""
+    for d in ("etc/gone.d", "etc/remade.d", "etc/kept.d", "venv/lib"):
+        os.makedirs(os.path.join(top, d))
+    for rel, text in {"etc/gone": "g", "etc/gone.d/a": "a", "etc/remade.d/old": "o", "etc/kept.d/k": "k",
+                      "etc/kept": "kept", "venv/lib/from_below.txt": "below"}.items():
+        with open(os.path.join(top, rel), "w") as f:
+            f.write(text)
+
+
 # What a role does to the mounted tree: an in-place write (the hard-linked file is copied up
 # first), deletions (whiteouts), a folder deleted and made again (opaque), a file that becomes a
 # folder and a folder that becomes a file, new files, a changed mode, a changed link.
@@ -58,43 +70,76 @@ rm -r share && printf now-a-file > share
 chmod 0700 lib/pkg_keep/sub
 ln -sfn python3.13 bin/python3
 printf meta > lib/pkg_keep/METADATA
+rm lib/from_below.txt
+cd "$ROOT/etc"
+rm gone && rm -r gone.d
+rm -r remade.d && mkdir remade.d && printf new > remade.d/new
+printf more >> kept.d/k
 """
 
 
+def mount_script(lowers: list[str], upper: str | None, work: str | None, mnt: str) -> str:
+    opts = "lowerdir=" + ":".join(shlex.quote(x) for x in lowers)
+    opts += f",upperdir={shlex.quote(upper)},workdir={shlex.quote(work)}" if upper else ""
+    return f"mount -t overlay overlay -o {opts} {shlex.quote(mnt)}\n"
+
+
 def test_a_folded_upper_is_what_the_mount_showed_and_the_donor_is_untouched(tmp_path):
-    donor, seed, upper, work, mnt = (str(tmp_path / n) for n in ("donor", "seed", "upper", "work", "mnt"))
+    donor, seed, bottom, upper, work, mnt = (str(tmp_path / n) for n in ("donor", "seed", "bottom", "upper", "work", "mnt"))
     build_donor(donor)
-    before = manifest(donor)
+    build_bottom(bottom)
+    before, bottom_before = manifest(donor), manifest(bottom)
     overlay.hardlink_tree(donor, seed)
     assert os.stat(os.path.join(seed, "venv/lib/edit.txt")).st_ino == os.stat(os.path.join(donor, "venv/lib/edit.txt")).st_ino
     for d in (upper, work, mnt):
         os.makedirs(d)
     seen = str(tmp_path / "seen")
-    script = (f"set -eu\nmount --make-rprivate /\n"
-              f"mount -t overlay overlay -o lowerdir={shlex.quote(seed)},upperdir={shlex.quote(upper)},"
-              f"workdir={shlex.quote(work)} {shlex.quote(mnt)}\n"
+    script = ("set -eu\nmount --make-rprivate /\n" + mount_script([seed, bottom], upper, work, mnt) +
               f"ROOT={shlex.quote(mnt)}\n{ROLE}\ncp -a {shlex.quote(mnt)} {shlex.quote(seen)}\n")
     subprocess.run(["unshare", "--mount", "sh", "-c", script], check=True)
-    # The upper holds overlayfs's own marks: a whiteout, an opaque folder.
-    whiteout = os.lstat(os.path.join(upper, "venv/lib/pkg_old"))
-    assert stat.S_ISCHR(whiteout.st_mode) and whiteout.st_rdev == 0
-    assert os.getxattr(os.path.join(upper, "venv/lib/gone_dir"), "trusted.overlay.opaque") == b"y"
+    # The upper holds overlayfs's own marks: whiteouts, opaque folders.
+    for rel in ("venv/lib/pkg_old", "etc/gone", "etc/gone.d", "venv/lib/from_below.txt"):
+        whiteout = os.lstat(os.path.join(upper, rel))
+        assert stat.S_ISCHR(whiteout.st_mode) and whiteout.st_rdev == 0, rel
+    for rel in ("venv/lib/gone_dir", "etc/remade.d"):
+        assert os.getxattr(os.path.join(upper, rel), "trusted.overlay.opaque") == b"y", rel
 
-    overlay.apply_upper(upper, seed)
-    assert manifest(seed) == manifest(seen)
+    overlay.apply_upper(upper, seed, [bottom])
+    # The folded tree over the layer below it is the mount the role saw.
+    folded = str(tmp_path / "folded")
+    script = ("set -eu\nmount --make-rprivate /\n" + mount_script([seed, bottom], None, None, mnt) +
+              f"cp -a {shlex.quote(mnt)} {shlex.quote(folded)}\n")
+    subprocess.run(["unshare", "--mount", "sh", "-c", script], check=True)
+    assert manifest(folded) == manifest(seen)
+    assert not os.path.exists(os.path.join(folded, "etc/gone")) and not os.path.exists(os.path.join(folded, "etc/remade.d/old"))
     assert not os.path.exists(os.path.join(seed, "venv/lib/gone_dir/x"))
+    # What hides the layer below stays in the folded tree; the donor and that layer are unwritten.
+    gone = os.lstat(os.path.join(seed, "etc/gone"))
+    assert stat.S_ISCHR(gone.st_mode) and gone.st_rdev == 0
+    assert os.getxattr(os.path.join(seed, "etc/remade.d"), "trusted.overlay.opaque") == b"y"
+    # ... and only that: a whiteout of what the seed alone had goes with it (a reader of the
+    # layer's own tree, as verification and the next build's seed are, never meets it).
+    for rel in ("venv/lib/pkg_old", "venv/share/doc"):
+        assert not os.path.lexists(os.path.join(seed, rel)), rel
     assert manifest(donor) == before  # no write reached the donor through its links
-    for d, dirs, files in os.walk(seed):
-        for n in dirs + files:
-            p = os.path.join(d, n)
-            assert not stat.S_ISCHR(os.lstat(p).st_mode), f"a whiteout left in the folded tree: {p}"
-            if not os.path.islink(p):
-                assert not [x for x in os.listxattr(p, follow_symlinks=False) if x.startswith("trusted.overlay.opaque")], p
+    assert manifest(bottom) == bottom_before
     # Unchanged files are still the donor's (links), changed ones are new files.
     keep = os.path.join("venv/lib/pkg_keep/k.py")
     assert os.stat(os.path.join(seed, keep)).st_ino == os.stat(os.path.join(donor, keep)).st_ino
     edit = "venv/lib/edit.txt"
     assert os.stat(os.path.join(seed, edit)).st_ino != os.stat(os.path.join(donor, edit)).st_ino
+
+
+def test_real_path_refuses_a_link_on_the_way(tmp_path):
+    (tmp_path / "tree/opt/ctk/jax").mkdir(parents=True)
+    (tmp_path / "host").mkdir()
+    os.symlink(str(tmp_path / "host"), tmp_path / "tree/etc")
+    (tmp_path / "host/x").write_text("host's")
+    assert overlay.real_path(str(tmp_path / "tree"), "opt/ctk/jax") == str(tmp_path / "tree/opt/ctk/jax")
+    assert overlay.real_path(str(tmp_path / "tree"), "etc/x") is None  # through a link
+    assert overlay.real_path(str(tmp_path / "tree"), "etc") is None  # a link itself
+    assert overlay.real_path(str(tmp_path / "tree"), "opt/nothing") is None
+    assert overlay.real_path(str(tmp_path / "tree"), "etc", link_ok=True) == str(tmp_path / "tree/etc")
 
 
 def test_an_upper_written_with_redirects_is_refused(tmp_path):
@@ -103,5 +148,5 @@ def test_an_upper_written_with_redirects_is_refused(tmp_path):
     (tree / "moved").mkdir(parents=True)
     os.setxattr(upper / "moved", "trusted.overlay.redirect", b"/elsewhere")
     with pytest.raises(overlay.OverlayError) as e:
-        overlay.apply_upper(str(upper), str(tree))
+        overlay.apply_upper(str(upper), str(tree), [])
     assert "trusted.overlay.redirect" in str(e.value) and "redirect_dir" in str(e.value)

@@ -90,4 +90,4 @@ def test_the_wheels_marker_says_ok_or_why_the_download_failed(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad", "ok"]  # no temporary file left
     # The role's wait task is the one the build's profile times.
     tasks = open(os.path.join(paths.ansible_dir(), "roles", "jax", "tasks", "install.yml")).read()
-    assert f"- name: {build._WHEELS_WAIT_TASK.split(': ', 1)[1]}\n" in tasks
+    assert f"- name: {build._WHEELS_WAIT_TASK}\n" in tasks and f"- name: {build._WHEELS_CHECK_TASK}\n" in tasks

@@ -28,7 +28,7 @@ def run(argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: str |
 
     Returns the tail of the output; raises CommandError on a non-zero exit."""
     tail: collections.deque[str] = collections.deque(maxlen=tail_lines)
-    log = open(log_path, "a") if log_path else None
+    log = open(log_path, "a", buffering=1) if log_path else None  # line by line: a log can be followed
     proc = None
     try:
         proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

@@ -17,12 +17,13 @@ import shutil
 import sys
 import tempfile
 import time
+import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from .. import paths
 from ..errors import Failure, UserError
-from ..model import ImageSpec
+from ..model import JAX_VENV, ImageSpec
 from ..progress import Progress
 from ..runner import CommandError, run
 from ..stacks import Lock, Stack, get_stack, image_lock, pip_target_args
@@ -216,14 +217,17 @@ def _build_time_inputs(store: Store, te_wheels: str | None = None) -> tuple[dict
 
 
 def _scrub_upper(upper: str) -> None:
-    """Drop what a login leaves behind; it is not part of the role's work."""
+    """Drop what a login leaves behind; it is not part of the role's work. (Only through real
+    folders: a link the node wrote never leads the host's deletes out of the upper dir.)"""
     for rel in ("var/log/wtmp", "var/log/wtmp.db", "var/log/lastlog", "var/log/btmp", "root/.ansible",
                 "root/.ssh/known_hosts",
                 "etc/hostname"):  # the build node's name, which nodeinit writes
-        p = os.path.join(upper, rel)
-        if os.path.isdir(p) and not os.path.islink(p):
+        p = overlay.real_path(upper, rel)
+        if p is None:
+            continue
+        if os.path.isdir(p):
             shutil.rmtree(p)
-        elif os.path.isfile(p) and not os.path.islink(p):
+        elif os.path.isfile(p):
             os.unlink(p)
 
 
@@ -272,28 +276,37 @@ def _seed_venv(store: Store, lp: LayerPlan) -> tuple[str, str] | None:
     donors = []
     for key in store.all_layers():
         meta = store.meta(key)
-        venv = os.path.join(store.layer_root(key), "opt", "ctk", "jax")
-        if meta.get("role") == "jax" and meta.get("parent") == lp.parent and \
+        venv = overlay.real_path(store.layer_root(key), JAX_VENV)
+        if meta.get("role") == "jax" and meta.get("parent") == lp.parent and venv is not None and \
                 os.path.lexists(os.path.join(venv, "bin", "python")):
             donors.append((meta.get("created", ""), key, venv))
     return max(donors)[1:] if donors else None
 
 
-def _seed_tree(source_root: str, venv: str, tree: str, move: bool = False) -> None:
-    """TREE: a lower dir holding the venv VENV (under SOURCE_ROOT) at the same place, its folders
-    above it as SOURCE_ROOT has them. The venv is hard-linked (the kernel copies up what the role
-    changes, so the source is never written), or moved where MOVE (a scratch folder's)."""
+def _seed_tree(source_root: str, tree: str, lowers: list[str], move: bool = False) -> bool:
+    """TREE: a lower dir holding the venv of SOURCE_ROOT (at JAX_VENV), its folders above it as
+    the topmost of LOWERS (the node's other lower dirs) that has them has them. The venv is
+    hard-linked (the kernel copies up what the role changes, so the source is never written), or
+    moved where MOVE (a scratch folder's). False, and no TREE, where SOURCE_ROOT has no venv
+    reached through real folders."""
+    venv = overlay.real_path(source_root, JAX_VENV)
+    if venv is None or not os.path.isdir(venv):
+        return False
     os.makedirs(tree)
-    rel = os.path.relpath(venv, source_root)
+    rel = JAX_VENV.strip("/")
     parent = tree
-    for part in os.path.dirname(rel).split(os.sep):
+    for part in os.path.dirname(rel).split("/"):
         parent = os.path.join(parent, part)
         os.mkdir(parent)
-        overlay.copy_dir_meta(os.path.join(source_root, os.path.relpath(parent, tree)), parent)
+        above = os.path.relpath(parent, tree)
+        meta_from = next((p for p in (overlay.real_path(lower, above) for lower in lowers)
+                          if p is not None and os.path.isdir(p)), os.path.join(source_root, above))
+        overlay.copy_dir_meta(meta_from, parent)
     if move:
         os.rename(venv, os.path.join(tree, rel))
     else:
         overlay.hardlink_tree(venv, os.path.join(tree, rel))
+    return True
 
 
 # A second build node, for the venv made beside the layers below the jax layer.
@@ -301,37 +314,68 @@ BESIDE_ADDR = "127.0.250.2"
 
 
 def _beside_dir(store: Store, lp: LayerPlan) -> str:
-    return os.path.join(store.tmp, f"{lp.key}.venv")
+    """The work folder of the venv made beside (a ".build" folder: Store.reap() stops and removes
+    what an interrupted build left of it)."""
+    return os.path.join(store.tmp, f"{lp.key}.venv.build")
 
 
-def _timed_venv_beside(store: Store, image: str, lp: LayerPlan, base: str, wheels: Future | None) -> tuple[float, str]:
+class BesideCancelled(Failure):
+    """The build stopped before the venv made beside it was needed."""
+
+
+def _timed_venv_beside(store: Store, image: str, lp: LayerPlan, base: str, wheels: Future | None,
+                       cancel: threading.Event) -> tuple[float, str]:
     t0 = time.monotonic()
-    root = _venv_beside(store, image, lp, base, wheels)
+    root = _venv_beside(store, image, lp, base, wheels, cancel)
     return time.monotonic() - t0, root
 
 
-def _venv_beside(store: Store, image: str, lp: LayerPlan, base: str, wheels: Future | None) -> str:
+def _venv_beside(store: Store, image: str, lp: LayerPlan, base: str, wheels: Future | None,
+                 cancel: threading.Event) -> str:
     """The jax role, with the jax layer's own variables, applied in a node of the base alone while
     the layers below the jax layer build (the venv needs nothing of theirs but the base's Python):
     returns the node's upper dir, whose venv then seeds the jax layer, where the role runs again
-    and finds the venv already holding its lock. Everything else of this run is thrown away."""
-    if wheels is not None:
-        wheels.result()
-    work = _beside_dir(store, lp)
-    shutil.rmtree(work, ignore_errors=True)
-    os.makedirs(work)
-    run_files, _, binds = _build_time_inputs(store)
-    node = buildnode.boot(store.lowerdirs([base]), work, run_files=run_files, binds=binds,
-                          hostname="ctk-build-venv", addr=BESIDE_ADDR)
+    and finds the venv already holding its lock. Everything else of this run is thrown away.
+    CANCEL set (the build below failed) stops it before its node boots; _cancel_beside stops a
+    running node."""
+    log_path = _log_path(store, image, "jax-venv")
     try:
-        _apply_role(store, node, lp.role, lp.variables, work, _log_path(store, image, "jax-venv"), Progress(quiet=True))
-    finally:
-        node.stop()
-    return node.upper
+        if wheels is not None:
+            wheels.result()
+        work = _beside_dir(store, lp)
+        shutil.rmtree(work, ignore_errors=True)
+        os.makedirs(work)
+        run_files, _, binds = _build_time_inputs(store)
+        if cancel.is_set():
+            raise BesideCancelled("the build stopped first")
+        node = buildnode.boot(store.lowerdirs([base]), work, run_files=run_files, binds=binds,
+                              hostname="ctk-build-venv", addr=BESIDE_ADDR)
+        try:
+            if cancel.is_set():
+                raise BesideCancelled("the build stopped first")
+            _apply_role(store, node, lp.role, lp.variables, work, log_path, Progress(quiet=True))
+        finally:
+            node.stop()
+        return node.upper
+    except Exception as e:
+        with open(log_path, "a") as f:
+            f.write(f"\nctk: the venv made beside the layers below stopped: {e}\n")
+        raise
+
+
+def _cancel_beside(store: Store, lp: LayerPlan, cancel: threading.Event) -> None:
+    """Stop the venv made beside LP: no node boots for it any more, a running one is stopped
+    (its role then fails, and the build does not wait for it to finish)."""
+    cancel.set()
+    buildnode.stop_in(_beside_dir(store, lp))
 
 
 WHEELS_READY_IN_NODE = "/run/ctk-ready/wheels"
-_WHEELS_WAIT_TASK = "jax: Wait for the build host to finish downloading the lock's wheels"
+# The role's wait ends with the download, which has its own timeouts (pip's, uv's): the role's
+# own limit is only for a build host that is gone.
+WHEELS_READY_TIMEOUT = 7 * 24 * 3600
+_WHEELS_WAIT_TASK = "Wait for the build host to finish downloading the lock's wheels"
+_WHEELS_CHECK_TASK = "Check that the build host has them all"
 
 
 def _wheels_ready_marker(wheels: Future, path: str) -> None:
@@ -367,20 +411,25 @@ def _build_layer(store: Store, image: str, lp: LayerPlan, lower_keys: list[str],
         try:
             seconds, root = beside.result()
             venv_beside = {"seconds": round(seconds, 2), "waited": round(time.monotonic() - t_wait, 2)}
-            _seed_tree(root, os.path.join(root, "opt", "ctk", "jax"), seed_tree, move=True)
+            if not _seed_tree(root, seed_tree, lowers, move=True):
+                raise Failure(f"no venv at {JAX_VENV} in {root}")
             seed = ("beside", seed_tree)
             lowers = [seed_tree] + lowers
             progress.task(f"starting from the venv made beside the layers below ({seconds:.1f} s)")
         except Exception as e:  # noqa: BLE001 (a failed head start only costs the time it would have saved)
+            if wheels is not None and wheels.done() and wheels.exception() is not None:
+                wheels.result()  # the download failed: that is the build's error, not a note
             progress.say(f"note: the venv made beside the layers below failed ({str(e).splitlines()[0] if str(e) else e!r}); "
                          f"the jax layer makes its own (log: {_log_path_name(store, image, 'jax-venv')})")
             venv_beside = {"failed": str(e).splitlines()[0] if str(e) else repr(e)}
             shutil.rmtree(seed_tree, ignore_errors=True)
     elif seed:
         t_seed = time.monotonic()
-        _seed_tree(store.layer_root(seed[0]), seed[1], seed_tree)
-        lowers = [seed_tree] + lowers
-        progress.task(f"starting from the venv of layer {seed[0]} (hard-linked, {time.monotonic() - t_seed:.1f} s)")
+        if _seed_tree(store.layer_root(seed[0]), seed_tree, lowers):
+            lowers = [seed_tree] + lowers
+            progress.task(f"starting from the venv of layer {seed[0]} (hard-linked, {time.monotonic() - t_seed:.1f} s)")
+        else:
+            seed = None
     if wheels is not None and wheels.done():
         wheels.result()  # raises what the download raised
     elif wheels is not None:
@@ -388,6 +437,7 @@ def _build_layer(store: Store, image: str, lp: LayerPlan, lower_keys: list[str],
         os.makedirs(ready, mode=0o755)
         binds = binds + [{"src": ready, "dest": os.path.dirname(WHEELS_READY_IN_NODE), "ro": True}]
         extra["jax_wheels_ready"] = WHEELS_READY_IN_NODE
+        extra["jax_wheels_ready_timeout"] = WHEELS_READY_TIMEOUT
         _wheels_ready_marker(wheels, os.path.join(ready, os.path.basename(WHEELS_READY_IN_NODE)))
     node = buildnode.boot(lowers, work, run_files=run_files, binds=binds)
     booted = time.monotonic()
@@ -395,7 +445,8 @@ def _build_layer(store: Store, image: str, lp: LayerPlan, lower_keys: list[str],
     try:
         log = _apply_role(store, node, lp.role, {**lp.variables, **extra}, work, log_path, progress, lp.te_wheels)
     except packer.PackerError as e:
-        if wheels is not None and wheels.done() and wheels.exception() is not None:
+        if wheels is not None and e.task.endswith((_WHEELS_WAIT_TASK, _WHEELS_CHECK_TASK)) and \
+                wheels.done() and wheels.exception() is not None:
             wheels.result()  # the download's own error says more than the role's wait
         raise ImageBuildError(f"image '{image}', layer '{lp.role}': {e}\n(full log: {log_path})") from None
     finally:
@@ -405,14 +456,14 @@ def _build_layer(store: Store, image: str, lp: LayerPlan, lower_keys: list[str],
     _scrub_upper(upper)
     renumber(upper)  # the accounts this layer made take numbers no host account has
     if seed:  # the layer is the seed with the role's changes applied
-        overlay.apply_upper(upper, seed_tree)
+        overlay.apply_upper(upper, seed_tree, store.lowerdirs(lower_keys))
         overlay.copy_dir_meta(upper, seed_tree)
         upper = seed_tree
     end = time.monotonic()  # the commit below is two renames
     profile = {"seconds": round(end - t0, 2), "boot": round(booted - t0, 2), **log.profile(),
                "teardown": round(end - applied, 2)}
     if wheels is not None:
-        profile["wheels_waited"] = round(log.span(_WHEELS_WAIT_TASK) or 0.0, 2)
+        profile["wheels_waited"] = round(log.span(f"jax: {_WHEELS_WAIT_TASK}") or 0.0, 2)
     if lp.role == "jax":
         profile["installer"] = "uv" if "jax_uv" in extra_vars else "pip"
         if seed:
@@ -519,12 +570,32 @@ def _build_layers(spec: ImageSpec, store: Store, progress: Progress, stack: Stac
     if not base_cached:
         result.profile["base"] = {"seconds": round(time.monotonic() - t_base, 2),
                                   "tool": store.meta(base).get("tool", "debootstrap")}
-    beside = None
+    beside, cancel = None, threading.Event()
     jax = next((i for i, lp in enumerate(layers) if lp.role == "jax" and not store.has(lp.key)), None)
     if jax is not None and lock is not None and not layers[jax].te_wheels and \
             any(not store.has(lp.key) for lp in layers[:jax]) and _seed_venv(store, layers[jax]) is None:
         progress.say("==> the jax venv: made beside the layers below it, in a node of the base")
-        beside = pool.submit(_timed_venv_beside, store, spec.name, layers[jax], base, wheels)
+        beside = pool.submit(_timed_venv_beside, store, spec.name, layers[jax], base, wheels, cancel)
+    try:
+        _build_each(spec, store, progress, layers, result, wheels, beside)
+    except BaseException:
+        if beside is not None and jax is not None:
+            _cancel_beside(store, layers[jax], cancel)  # the pool's shutdown then waits for no role
+        raise
+    record = {"name": stack.name, "accelerator": stack.accelerator, "pins": dict(stack.pins)}
+    if lock is not None:  # what the venv must hold, exactly: image verification checks it
+        record.update(python=lock.python, lock=lock.versions)
+        if lock.te:
+            record["lock"] = {**lock.versions, te_.SOURCE_DIST: lock.te}
+            record["transformer_engine"] = _te_record(store, lock.te, layers)
+    store.save_image(spec.name, {"name": spec.name, "layers": result.layers, "spec": vars(spec),
+                                 "stack": record})
+    return result
+
+
+def _build_each(spec: ImageSpec, store: Store, progress: Progress, layers: list[LayerPlan], result: BuildResult,
+                wheels: Future | None, beside: Future | None) -> None:
+    """Each layer of LAYERS from the cache or built, in order, into RESULT."""
     for lp in layers:
         if store.has(lp.key):
             progress.say(f"==> layer {lp.role}: cached ({lp.key})")
@@ -542,12 +613,3 @@ def _build_layers(spec: ImageSpec, store: Store, progress: Progress, stack: Stac
                     result.profile["venv_beside"] = result.profile[lp.role].pop("venv_beside")
             result.built.append(lp.role)
         result.layers.append(lp.key)
-    record = {"name": stack.name, "accelerator": stack.accelerator, "pins": dict(stack.pins)}
-    if lock is not None:  # what the venv must hold, exactly: image verification checks it
-        record.update(python=lock.python, lock=lock.versions)
-        if lock.te:
-            record["lock"] = {**lock.versions, te_.SOURCE_DIST: lock.te}
-            record["transformer_engine"] = _te_record(store, lock.te, layers)
-    store.save_image(spec.name, {"name": spec.name, "layers": result.layers, "spec": vars(spec),
-                                 "stack": record})
-    return result

@@ -36,6 +36,11 @@ class BuildNode:
         nodes.stop(self.spec.state_dir)
 
 
+def stop_in(work: str) -> bool:
+    """Stop the build node booted in WORK (by boot(..., work)), up or booting; True if one ran."""
+    return nodes.stop(os.path.join(work, "node"))
+
+
 def boot(lowerdirs: list[str], work: str, timeout: float = 30.0, run_files: dict | None = None,
          binds: list[dict] | None = None, *, hostname: str = "ctk-build", addr: str = BUILD_ADDR,
          port: int | None = None) -> BuildNode:

@@ -224,7 +224,10 @@ def setup(spec: dict) -> None:
     os.makedirs(spec["upper"], exist_ok=True)
     os.makedirs(spec["work"], exist_ok=True)
     os.makedirs(root, exist_ok=True)
-    _mount("-t", "overlay", "overlay", "-o", f"lowerdir={lower},upperdir={spec['upper']},workdir={spec['work']}", root)
+    # Renames and metadata-only copy-ups written the plain way, whatever the kernel's defaults:
+    # an upper dir is then one ctk can fold into a layer (ctk.images.overlay).
+    _mount("-t", "overlay", "overlay", "-o",
+           f"lowerdir={lower},upperdir={spec['upper']},workdir={spec['work']},redirect_dir=off,metacopy=off", root)
     _dev(root)
     _proc(root)
     _sys_fs(root)
