@@ -1057,10 +1057,12 @@ def test_health_check_drains_a_node_whose_stand_in_nvidia_smi_lists_7_of_8_gpus_
         assert "HealthCheckProgram=/usr/lib/ctk/healthcheck\n" in conf and "HealthCheckNodeState=ANY\n" in conf
         node = lab.slurm("sinfo", "-h", "-N", "-o", "%N").stdout.split()[0]
         assert "Gres=gpu:h100:8" in _node_line(lab, node)
-        for cmd in (f"printf %s {shlex.quote(STAND_IN_NVIDIA_SMI)} > /usr/local/bin/nvidia-smi",
-                    "chmod 755 /usr/local/bin/nvidia-smi", "echo 7 > /etc/ctk-test-gpus"):
-            r = lab.ctk("exec", lab.path, node, "--", "sh", "-c", cmd)
-            assert r.returncode == 0, r.stderr
+        # The count first, then the stand-in moved into place whole: the check runs every 5 s and
+        # must never meet a half-made one (it once ran between two steps and saw 0 GPUs).
+        cmd = (f"echo 7 > /etc/ctk-test-gpus && printf %s {shlex.quote(STAND_IN_NVIDIA_SMI)} > /usr/local/bin/.nvidia-smi "
+               "&& chmod 755 /usr/local/bin/.nvidia-smi && mv /usr/local/bin/.nvidia-smi /usr/local/bin/nvidia-smi")
+        r = lab.ctk("exec", lab.path, node, "--", "sh", "-c", cmd)
+        assert r.returncode == 0, r.stderr
         line = _wait_node(lab, node, lambda ln: "DRAIN" in ln)
         assert "Reason=ctk-healthcheck: nvidia-smi lists 7 GPUs, the node promises 8" in line, line
         assert "nvidia-smi lists 7 GPUs" in lab.slurm("sinfo", "-R", "-h", "-o", "%E").stdout
