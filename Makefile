@@ -102,8 +102,12 @@ ACCEL_TESTS := tests/integration/test_accelerator_images.py
 # job or on a node far more than they compute, so two workers overlap their waits on 2 cores.
 TEST_WORKERS ?= 2
 XDIST = $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
-test: testdeps
+test: testdeps lint
 	$(PY) -m pytest -q -p no:cacheprovider $(XDIST) --durations=30 tests
+
+# ruff's check with the rules of pyproject's [tool.ruff.lint]; make test runs it first.
+lint: pydeps
+	$(VENV)/bin/ruff check toolkit tests bench
 
 test-accel: testdeps
 	$(PY) -m pytest -q -p no:cacheprovider --durations=10 $(ACCEL_TESTS)

@@ -28,7 +28,7 @@ for tool in ("debootstrap", "packer", "unshare"):
     if not shutil.which(tool, path="/usr/sbin:/usr/bin:/sbin:/bin"):
         pytest.skip(f"{tool} is not installed", allow_module_level=True)
 
-from .conftest import LAB, ctk, link_layers
+from .conftest import LAB, ctk, link_layers  # noqa: E402 (after the skips above: nothing to import without the tools)
 
 def test_lab_image_builds_and_verifies(lab_build):
     """The lab image's layers: the jax layer is the lab's own; common, munge and slurm may

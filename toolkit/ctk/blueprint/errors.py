@@ -83,6 +83,7 @@ class Collector:
     def raise_if_any(self, sources: dict[str, str] | None = None) -> None:
         if self.errors:
             # Stable order: by file position, unpositioned last.
-            key = lambda e: (e.pos is None, e.pos.file if e.pos else "", e.pos.line if e.pos else 0,
-                             e.pos.col if e.pos else 0)
+            def key(e):
+                return (e.pos is None, e.pos.file if e.pos else "", e.pos.line if e.pos else 0,
+                        e.pos.col if e.pos else 0)
             raise BlueprintErrors(sorted(self.errors, key=key), sources)

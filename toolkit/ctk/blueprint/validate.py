@@ -178,7 +178,8 @@ def _ct_checks(exp: Expanded, c: Collector) -> None:
 
     def view(em: ExpandedModule) -> ct_checks.Values:
         if em.id not in views:
-            fed = lambda name: [view(m) for m in map(exp.module, em.modules_feeding(name)) if m is not None]
+            def fed(name):
+                return [view(m) for m in map(exp.module, em.modules_feeding(name)) if m is not None]
             # resolve without a callback to note failures: a call ctk cannot compute stays deferred
             # here, and planning reports it only where ctk itself needs the value.
             settings = {k: _known(resolve(x, lambda *_: None)) for k, x in em.settings.items()}

@@ -8,7 +8,8 @@ from ..model import Deployment
 
 def _table(headers: list[str], rows: list[list[str]]) -> str:
     widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows)] if rows else [len(h) for h in headers]
-    line = lambda r: "  ".join(str(x).ljust(w) for x, w in zip(r, widths)).rstrip()
+    def line(r):
+        return "  ".join(str(x).ljust(w) for x, w in zip(r, widths)).rstrip()
     return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(r) for r in rows)])
 
 
