@@ -32,6 +32,7 @@ TRAIN = os.path.join(paths.SBATCH, "examples", "train.py")
 PY = "/opt/ctk/jax/bin/python"
 IN_FLIGHT = {"spot": 2, "flex": 1}  # jobs kept running per partition (2 nodes each)
 CHECKPOINT_EVERY = 5  # train.py --checkpoint-every
+SETTLE = 120  # seconds every node has, after the last job, to be usable again
 ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE")
 
 
@@ -69,6 +70,12 @@ def parse_runs(text: str) -> list[dict]:
         elif m := re.match(r"train: preempted at step (\d+): checkpoint saved", line):
             runs[-1]["saved"] = int(m.group(1))
     return runs
+
+
+def unusable(sinfo: str) -> list[str]:
+    """The nodes of `sinfo -h -N -o "%N %T"` that are down, drained or failed."""
+    return [w[0] for w in (ln.split() for ln in sinfo.splitlines()) if len(w) == 2
+            and w[1].startswith(("down", "drain", "fail"))]
 
 
 def committed_before(runs: list[dict], every: int) -> int:
@@ -189,7 +196,18 @@ def _soak(args, dep: str, result: dict) -> None:
     events = read_events(os.path.join(os.path.abspath(dep), "lab", "power"))
     result["events"] = events
     result["squeue"] = slurm(dep, "squeue", "-h", "-o", "%i %T %r", check=False).stdout
-    result["sinfo"] = slurm(dep, "sinfo", "-h", "-N", "-o", "%N %T", check=False).stdout
+    # The agent's random preemptions go on after the last job has ended (an idle Spot node
+    # still up is a victim too): a node taken back in the last seconds is DOWN until the agent's
+    # next sync powers it down again and SuspendTimeout (10 s) has passed. Every node must be
+    # usable again within SETTLE seconds; how long it took is in the result.
+    t0 = time.monotonic()
+    while True:
+        sinfo = slurm(dep, "sinfo", "-h", "-N", "-o", "%N %T", check=False).stdout
+        if not unusable(sinfo) or time.monotonic() - t0 > SETTLE:
+            break
+        time.sleep(2)
+    result["sinfo"] = sinfo
+    result["settle_seconds"] = round(time.monotonic() - t0, 1)
     log(f"{len(out)} jobs; {sum(1 for e in events if e.get('event') == 'sigterm')} nodes taken back")
 
 
