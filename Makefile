@@ -105,9 +105,25 @@ XDIST = $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile 
 test: testdeps lint
 	$(PY) -m pytest -q -p no:cacheprovider $(XDIST) --durations=30 tests
 
-# ruff's check with the rules of pyproject's [tool.ruff.lint]; make test runs it first.
-lint: pydeps
+# The checks of code and roles, make test runs them first (each tool's settings in pyproject.toml
+# or beside what it checks): ruff (the rules of [tool.ruff.lint]), mypy over toolkit/ctk
+# ([tool.mypy]), ansible-lint's production profile on the roles ctk ships, shellcheck on the
+# repository's shell files (the shell programs ctk writes at run time are checked by
+# tests/unit/test_shell_programs.py; the import layers, by tests/unit/test_layers.py).
+# Their tools are the `lint` extra, installed beside the venv on first use.
+LINT_STAMP := $(VENV)/.lint-installed
+$(LINT_STAMP): $(STAMP)
+	$(VENV)/bin/uv pip install -q --python $(PY) $(UV_COMPILE) -e '.[test,lint]' || \
+	  $(PY) -m pip install -q --disable-pip-version-check -e '.[test,lint]'
+	touch $@
+
+SHELL_FILES := .ci/run $(wildcard tests/gpu/*.sh)
+lint: $(LINT_STAMP)
 	$(VENV)/bin/ruff check toolkit tests bench
+	$(VENV)/bin/mypy
+	cd toolkit/ctk/data/ansible && PATH="$(CURDIR)/$(VENV)/bin:$$PATH" ansible-lint -q --offline --profile production --nocolor
+	@command -v shellcheck >/dev/null || { echo "make lint: shellcheck is not installed: apt-get install shellcheck (make sysdeps installs it)" >&2; exit 2; }
+	shellcheck $(SHELL_FILES)
 
 test-accel: testdeps
 	$(PY) -m pytest -q -p no:cacheprovider --durations=10 $(ACCEL_TESTS)

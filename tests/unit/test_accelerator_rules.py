@@ -64,7 +64,7 @@ def test_the_checks_read_the_versions_the_roles_pin():
     for base, release in (("debian-12", "Debian-12"), ("debian-13", "Debian-13")):
         pinned = yaml.safe_load(open(os.path.join(paths.ANSIBLE, "roles", "nvidia_driver", "vars", f"{release}.yml")))
         d = image_driver(base)
-        assert d.version == pinned["__nvidia_driver"]["version"]
+        assert d.version == pinned["__nvidia_driver_pin"]["version"]
         assert d.package_version.startswith(d.version + "-") and d.kernel_module == "proprietary"
     assert image_driver("debian-13").version.startswith("550.")
     assert image_driver("debian-12").version.startswith("535.")

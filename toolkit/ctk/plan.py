@@ -7,7 +7,7 @@ import dataclasses
 import math
 import os
 import re
-from typing import Any
+from typing import Any, TypedDict, overload
 
 from .blueprint.errors import BlueprintError, Collector, did_you_mean
 from .blueprint.expand import Expanded, ExpandedModule, setting_pos as _setting_pos
@@ -61,6 +61,12 @@ def _int(v, default: int = 0) -> int:
         return default
 
 
+@overload
+def _str(v, default: str) -> str: ...
+@overload
+def _str(v, default: None = None) -> str | None: ...
+
+
 def _str(v, default: str | None = None) -> str | None:
     if v is None or is_deferred(v):
         return default
@@ -86,6 +92,13 @@ def _num(v) -> int | float | None:
     if not isinstance(v, (int, float)) or not math.isfinite(v):
         return None
     return int(v) if isinstance(v, float) and v.is_integer() else v
+
+
+def _module(exp: Expanded, mid: str) -> ExpandedModule:
+    """The module of id MID, which planning took from EXP (a nodeset's, an image's, ...)."""
+    em = exp.module(mid)
+    assert em is not None, mid
+    return em
 
 
 def _object(exp: Expanded, em: ExpandedModule, name: str, keys: dict[str, str], c: Collector) -> dict[str, Any]:
@@ -159,7 +172,7 @@ def plan(exp: Expanded, c: Collector, stacks: dict[str, Stack] | None = None) ->
     names_seen: dict[str, str] = {}
     for ns in dep.nodesets:
         if ns.name in names_seen:
-            em = exp.module(ns.module_id)
+            em = _module(exp, ns.module_id)
             c.add(f"nodesets '{names_seen[ns.name]}' and '{ns.module_id}' have the same name '{ns.name}'",
                   doc.pos(em.module.path + ("id",)), "set a distinct 'name' in one of them")
         names_seen[ns.name] = ns.module_id
@@ -198,12 +211,12 @@ def plan(exp: Expanded, c: Collector, stacks: dict[str, Stack] | None = None) ->
 
     defaults = [p for p in dep.partitions if p.is_default]
     if len(defaults) > 1:
-        em = exp.module(defaults[1].module_id)
+        em = _module(exp, defaults[1].module_id)
         c.add(f"more than one default partition ('{defaults[0].name}', '{defaults[1].name}')",
               doc.pos(em.module.path + ("settings", "is_default")), "set is_default on one partition only")
     seen_p: dict[str, str] = {}
     for p in dep.partitions:
-        em = exp.module(p.module_id)
+        em = _module(exp, p.module_id)
         where = em.module.path + (("settings", "partition_name") if "partition_name" in em.explicit else ("id",))
         if p.name in seen_p:
             c.add(f"partition name '{p.name}' is used twice (also by module '{seen_p[p.name]}')",
@@ -288,7 +301,7 @@ def _accelerator(img: ImageSpec, exp: Expanded, dep: Deployment) -> str:
         if dep.target == "gcp":  # slurm-gcp's images carry the driver: GPU nodes make it a GPU image
             return "cuda12" if any(dep.image_of(ns) is img and ns.gpu_count for ns in dep.nodesets) else "cpu"
         return "cuda12" if "nvidia_driver" in img.roles else "cpu"
-    em = exp.module(img.module_id)
+    em = _module(exp, img.module_id)
     mt = lookup_machine(_str(em.get("machine_type"), "") or "")
     gpu = (mt and mt.gpu_count) or em.get("accelerator_type") or any(
         ns.image == img.name and ns.gpu_count for ns in dep.nodesets)
@@ -306,7 +319,7 @@ def _stacks(exp: Expanded, dep: Deployment, c: Collector, stacks: dict[str, Stac
     newest stack of its accelerator for that Python."""
     doc = exp.blueprint.doc
     for img in dep.images:
-        em = exp.module(img.module_id)
+        em = _module(exp, img.module_id)
         py = base_python(img.base)
         jax = "jax" in img.roles
         if img.stack:
@@ -350,10 +363,11 @@ def _accelerator_rules(exp: Expanded, dep: Deployment, c: Collector, stacks: dic
     generation the image's driver cannot run, at the nodeset's machine type; Transformer Engine
     without a CUDA toolkit of its stack's major version, at its setting."""
     doc = exp.blueprint.doc
+    driver: Driver | None
     for img in dep.images:
         if img.source != "ctk/image":  # Cluster Toolkit's images bring their own driver
             continue
-        em = exp.module(img.module_id)
+        em = _module(exp, img.module_id)
         stack = stacks.get(img.stack)
         # The driver the image gets: slurm-gcp's image's on the gcp target, else the nvidia_driver role's.
         fam = slurm_gcp.family_for(img.base) if dep.target == "gcp" else None
@@ -381,20 +395,21 @@ def _accelerator_rules(exp: Expanded, dep: Deployment, c: Collector, stacks: dic
             _dcgm(exp, em, img, stack, c, driver_in_image=fam is not None)
     for ns in dep.nodesets:
         need = GPU_NEEDS.get(ns.gpu_type or "")
-        img = dep.image_of(ns)
-        if need is None or img is None or img.source != "ctk/image" or "nvidia_driver" not in img.roles:
+        ns_img = dep.image_of(ns)
+        if need is None or ns.gpu_type is None or ns_img is None or ns_img.source != "ctk/image" \
+                or "nvidia_driver" not in ns_img.roles:
             continue
         generation, floor, module = need
-        driver = image_driver(img.base)
+        driver = image_driver(ns_img.base)
         if driver is None or (driver.at_least(floor) and driver.kernel_module == module):
             continue
-        em = exp.module(ns.module_id)
+        em = _module(exp, ns.module_id)
         where = em.module.path + (("settings", "machine_type") if "machine_type" in em.explicit else ("id",))
         fits = bases_with_driver(floor, module)
         c.add(f"nodeset {ns.name}: {ns.machine_type}'s {ns.gpu_type.upper()} GPUs ({generation}) need NVIDIA's "
-              f"{module} kernel module from driver {floor}; image '{img.name}' (base {img.base}) gets driver "
+              f"{module} kernel module from driver {floor}; image '{ns_img.name}' (base {ns_img.base}) gets driver "
               f"{driver.version} with the {driver.kernel_module} module ({driver.source})", doc.pos(where),
-              f"build image '{img.name}' on a base that has it ({', '.join(fits)})" if fits else
+              f"build image '{ns_img.name}' on a base that has it ({', '.join(fits)})" if fits else
               "no base ctk builds has it")
 
 
@@ -467,17 +482,32 @@ def _image_of(em: ExpandedModule, images: dict[str, str]) -> str | None:
     return None
 
 
+class _NodesetCommon(TypedDict):
+    """The fields of a Nodeset that every kind of nodeset module sets alike."""
+
+    name: str
+    module_id: str
+    node_prefix: str
+    node_count_static: int
+    node_count_dynamic_max: int
+    node_conf: dict[str, Any]
+    features: list[str]
+    image: str | None
+    spot: bool
+
+
 def _nodeset(em: ExpandedModule, cluster: str, c: Collector, doc, images=None) -> Nodeset | None:
+    assert em.schema is not None  # planning calls it for the modules whose kind is a nodeset
     name = _node_name(_str(em.get("name")) or em.id)
     path = em.module.path
     static = _int(em.get("node_count_static"))
     dynamic = _int(em.get("node_count_dynamic_max"))
     node_conf = _dict(em.get("node_conf"))
     features = [str(f) for f in (em.get("features") or []) if isinstance(f, str)]
-    common = dict(name=name, module_id=em.id, node_prefix=f"{cluster}{name}",
-                  node_count_static=static, node_count_dynamic_max=dynamic,
-                  node_conf=node_conf, features=features, image=_image_of(em, images or {}),
-                  spot=bool(em.get("enable_spot_vm") is True or em.get("preemptible") is True))
+    common = _NodesetCommon(name=name, module_id=em.id, node_prefix=f"{cluster}{name}",
+                            node_count_static=static, node_count_dynamic_max=dynamic,
+                            node_conf=node_conf, features=features, image=_image_of(em, images or {}),
+                            spot=bool(em.get("enable_spot_vm") is True or em.get("preemptible") is True))
     tpu_setting = "node_type" if em.schema.role == "nodeset-tpu" else "tpu_type"  # ctk/slurm/nodeset's
     if em.schema.role == "nodeset-tpu" or _str(em.get("tpu_type")):
         ntype = _str(em.get(tpu_setting)) or _str(em.get("accelerator_type")) or ""
@@ -576,7 +606,7 @@ def _ct_partition_nodesets(exp: Expanded, em: ExpandedModule, name: str, by_id: 
     for mid in em.modules_feeding("nodeset"):
         ns = by_id.get(mid)
         if ns is not None and ns.node_count_static > 0:
-            nsm = exp.module(mid)
+            nsm = _module(exp, mid)
             where = (_setting_pos(exp, em, "exclusive") if "exclusive" in em.explicit
                      else _setting_pos(exp, nsm, "node_count_static"))
             c.add(f"partition '{name}' is exclusive, which Cluster Toolkit refuses with static nodes: nodeset "
@@ -588,6 +618,7 @@ def _ct_partition_nodesets(exp: Expanded, em: ExpandedModule, name: str, by_id: 
 def _capacity(exp: Expanded, em: ExpandedModule, ns: Nodeset, c: Collector) -> None:
     """A nodeset's flex-start capacity (dws_flex), checked as Cluster Toolkit's nodeset checks it:
     max_run_duration within 600-604800 s, and not with Spot VMs."""
+    assert em.schema is not None  # a nodeset module's
     if em.schema.input("dws_flex") is None:  # TPU and dynamic nodesets have none
         return
     raw = em.get("dws_flex")
@@ -648,6 +679,7 @@ def _local_target(exp: Expanded, dep: Deployment, c: Collector, doc) -> None:
     if em is not None:
         other = next((m for m in exp.modules if m.schema and m.schema.role in ("target", "gcp-target")), None)
         if other is not None:
+            assert other.schema is not None  # picked by its kind's role
             first, second = sorted((em, other), key=exp.modules.index)
             kind = "an ssh" if other.schema.role == "target" else "a gcp"
             c.add(f"a blueprint goes to one target: it has both a local and {kind} target module",
@@ -660,9 +692,11 @@ def _local_target(exp: Expanded, dep: Deployment, c: Collector, doc) -> None:
             if n is None:
                 continue  # unset or deferred (a wrong type was reported by validate)
             if n < 0 or (name == "chaos_seed" and not isinstance(n, int)):
+                inp = em.schema.input(name) if em.schema else None
+                assert inp is not None  # ctk/target/local declares each of these settings
                 c.add(f"setting '{name}' of module '{em.id}' must be a {'whole ' if name == 'chaos_seed' else ''}"
                       f"number >= 0, found {v!r}",
-                      _setting_pos(exp, em, name), em.schema.input(name).doc)
+                      _setting_pos(exp, em, name), inp.doc)
                 continue
             setattr(lab, name, n if name == "chaos_seed" else float(n))
         _lab_user(exp, em, lab, c)
@@ -712,7 +746,7 @@ def _resume_timeout(exp: Expanded, dep: Deployment, p: Partition):
     """A partition's ResumeTimeout on the lab, where it was said, and whether it is the
     partition's own (partition_conf or resume_timeout) rather than the controller's (whose
     place is None when it is the default)."""
-    pem = exp.module(p.module_id)
+    pem = _module(exp, p.module_id)
     n = _num(p.conf.get("ResumeTimeout"))
     if n is not None:
         conf = pem.get("partition_conf")
@@ -720,10 +754,10 @@ def _resume_timeout(exp: Expanded, dep: Deployment, p: Partition):
             return n, _setting_pos(exp, pem, "partition_conf", "ResumeTimeout"), True
         return n, _setting_pos(exp, pem, "resume_timeout"), True
     ctl = dep.controller
-    cem = exp.module(ctl.module_id) if ctl and ctl.module_id else None
+    cem = _module(exp, ctl.module_id) if ctl and ctl.module_id else None
     params = cem.get("cloud_parameters") if cem else None
     where = (_setting_pos(exp, cem, "cloud_parameters", "resume_timeout")
-             if isinstance(params, dict) and params.get("resume_timeout") is not None else None)
+             if cem is not None and isinstance(params, dict) and params.get("resume_timeout") is not None else None)
     return (ctl.resume_timeout if ctl else Controller.resume_timeout), where, False
 
 
@@ -760,10 +794,10 @@ def _resume_waits(exp: Expanded, dep: Deployment, em: ExpandedModule | None, c: 
             timeout, where, own = _resume_timeout(exp, dep, p)
             if wait < timeout:
                 continue
-            if not own and said(setting):
+            if not own and em is not None and said(setting):
                 where = _setting_pos(exp, em, setting)
             if where is None:
-                where = exp.blueprint.doc.pos(exp.module(ns.module_id).module.path + ("id",))
+                where = exp.blueprint.doc.pos(_module(exp, ns.module_id).module.path + ("id",))
             if where in reported:
                 continue
             reported.add(where)
@@ -792,7 +826,7 @@ def _gcp_target(exp: Expanded, dep: Deployment, c: Collector, doc) -> None:
     for img in dep.images:
         if img.source != "ctk/image":
             continue
-        iem = exp.module(img.module_id)
+        iem = _module(exp, img.module_id)
         fam = slurm_gcp.family_for(img.base)
         if fam is None:
             where = iem.module.path + (("settings", "base") if "base" in iem.explicit else ("id",))
@@ -954,6 +988,8 @@ def _ssh_target(exp: Expanded, dep: Deployment, c: Collector, doc) -> None:
             err(f"only compute hosts belong to a nodeset (this one is {role})", "nodeset")
             ok = False
         if ok:
+            # each was checked above
+            assert isinstance(name, str) and isinstance(addr, str) and isinstance(role, str) and port is not None
             machine = (addr.strip(), port)
             if machine in machines:
                 err(f"{addr}:{port} is listed twice (also as '{machines[machine]}')", "host",
@@ -976,7 +1012,7 @@ def _ssh_target(exp: Expanded, dep: Deployment, c: Collector, doc) -> None:
     for ns in dep.nodesets:
         mine = [h.name for h in out if h.role == "compute" and h.nodeset == ns.name]
         if ns.node_count_static > len(mine):
-            nem = exp.module(ns.module_id)
+            nem = _module(exp, ns.module_id)
             where = nem.module.path + (("settings", "node_count_static") if "node_count_static" in nem.settings
                                        else ("id",))
             c.add(f"nodeset '{ns.name}' has {ns.node_count_static} static nodes but the ssh target lists "

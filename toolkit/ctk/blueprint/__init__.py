@@ -45,6 +45,7 @@ def process(path: str, cli_vars: list[str] | tuple = (), deployment_file: str | 
     bp = check_structure(doc, c)
     if bp is None:
         c.raise_if_any(sources)
+    assert bp is not None  # check_structure notes an error whenever it returns None: raised above
     var_sources = collect_vars(bp, dep, cli)
     exp = expand(bp, var_sources, c)
     validate(exp, c)

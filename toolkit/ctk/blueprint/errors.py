@@ -43,7 +43,7 @@ class BlueprintError:
         return "\n".join(out)
 
     def to_dict(self) -> dict:
-        d = {"message": self.message, "hint": self.hint or None}
+        d: dict[str, str | int | None] = {"message": self.message, "hint": self.hint or None}
         if self.pos:
             d.update(file=self.pos.file, line=self.pos.line, col=self.pos.col)
         return d

@@ -62,8 +62,9 @@ class ExpandedModule:
         deferred and is noted in `unresolved` (planning reports it: ctk needed the value)."""
         if name in self.settings:
             return self.setting(name)
-        if self.schema and self.schema.input(name) is not None:
-            d = self.schema.input(name).default
+        inp = self.schema.input(name) if self.schema else None
+        if inp is not None:
+            d = inp.default
             return default if d is None else d
         return default
 

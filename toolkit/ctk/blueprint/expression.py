@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
 from .errors import did_you_mean
 from .functions import COMPUTED, GCLUSTER_FUNCTIONS, TERRAFORM_FUNCTIONS, CannotCompute, to_text
@@ -157,7 +157,7 @@ class _Parser:
         self.i = start
         self.end = end
 
-    def fail(self, msg: str, at: int | None = None, hint: str = ""):
+    def fail(self, msg: str, at: int | None = None, hint: str = "") -> NoReturn:
         raise ExprError(msg, self.i if at is None else at, hint)
 
     def ws(self):
@@ -202,7 +202,7 @@ class _Parser:
             return self.postfix(ListLit(start, items))
         if c == "{":
             self.i += 1
-            items = []
+            entries: list[tuple[str, Node]] = []
             while self.peek() != "}":
                 self.ws()
                 if self.peek() == '"':
@@ -216,11 +216,11 @@ class _Parser:
                 if self.peek() not in ("=", ":"):
                     self.fail("expected '=' after map key")
                 self.i += 1
-                items.append((key, self.expr()))
+                entries.append((key, self.expr()))
                 if self.peek() == ",":
                     self.i += 1
             self.i += 1
-            return MapLit(start, items)
+            return MapLit(start, entries)
         if c == "(":
             self.i += 1
             node = self.expr()
@@ -421,7 +421,10 @@ class Env:
     """What evaluation needs from the blueprint: resolve references, stage and read files, and
     the context of the string (VARS, PACKER, TERRAFORM or CTK)."""
 
-    context = VARS
+    @property
+    def context(self) -> str:
+        """VARS unless a subclass knows better."""
+        return VARS
 
     def ref(self, node: Ref) -> Any:  # pragma: no cover - interface
         raise NotImplementedError
@@ -573,7 +576,9 @@ def _apply(node: Call, args: list, env: Env):
             if len(args) != 1 or not isinstance(args[0], str):
                 raise TypeError("takes one path")
             return env.read_file(args[0], node)
-        return COMPUTED[name](*args)
+        fn = COMPUTED[name]
+        assert fn is not None  # only `file` has none, and it was handled above
+        return fn(*args)
     except CannotCompute as e:
         raise CannotEvaluate(f"ctk cannot evaluate {e} for this target", node.offset,
                              "give the value directly", name) from None

@@ -230,7 +230,7 @@ def _tostring(v):
 
 
 # name -> implementation; `file` is given the blueprint's reader by the evaluator.
-COMPUTED: dict[str, Callable[..., Any]] = {
+COMPUTED: dict[str, Callable[..., Any] | None] = {
     "merge": _merge,
     "flatten": _flatten,
     "concat": _concat,

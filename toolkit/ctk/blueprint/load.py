@@ -142,6 +142,8 @@ def _plain_syntax(e: "yaml.MarkedYAMLError", text: str) -> tuple[str, int, int, 
     rather than where the parser gave up (often the line after), and a hint."""
     problem, context = (e.problem or "invalid YAML").strip(), e.context or ""
     pm, cm = e.problem_mark or e.context_mark, e.context_mark
+    if pm is None:  # PyYAML marks every error it raises; a bare one is reported at the top
+        return problem, 0, 0, ""
     lines = text.splitlines()
     row = lines[pm.line] if pm.line < len(lines) else ""
     if "flow" in context and cm is not None:  # an unclosed [ or {: the fix goes where it opened

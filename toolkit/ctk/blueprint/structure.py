@@ -169,7 +169,8 @@ def check_structure(doc: Document, c: Collector) -> Blueprint | None:
                   "add 'group: primary'" if "group" not in g else "use letters, digits, '-' or '_'")
             gname = f"#{gi}"
         elif gname in seen_groups:
-            c.add(f"duplicate group name '{gname}' (first at line {doc.pos(seen_groups[gname]).line})",
+            first_at = doc.pos(seen_groups[gname])
+            c.add(f"duplicate group name '{gname}'" + (f" (first at line {first_at.line})" if first_at else ""),
                   doc.pos(gp + ("group",)))
         seen_groups.setdefault(gname, gp + ("group",))
         group = Group(gname, gi, gp, extra={k: g[k] for k in g if k not in ("group", "modules")})
@@ -251,5 +252,6 @@ def _check_module(doc, c, m, mp, gname, gi, seen_ids) -> Module | None:
             c.add("an output is a name or a mapping with 'name'", doc.pos(mp + ("outputs", oi)))
     if not ok:
         return None
+    assert isinstance(mid, str) and isinstance(src, str)  # ok: both were checked above
     return Module(mid, src, gname, gi, mp, kind if kind in ("terraform", "packer") else "terraform",
                   list(use), dict(settings), list(outputs))

@@ -103,7 +103,8 @@ def validate(exp: Expanded, c: Collector) -> None:
     dn = exp.vars.get("deployment_name")
     vars_ok = isinstance(doc.value.get("vars", {}), (dict, type(None))) if isinstance(doc.value, dict) else False
     if src is None and vars_ok:
-        c.add("deployment_name is not set", doc.pos(("vars",)) if "vars" in doc.value else doc.pos(()),
+        c.add("deployment_name is not set",
+              doc.pos(("vars",)) if isinstance(doc.value, dict) and "vars" in doc.value else doc.pos(()),
               "add it under vars, or pass --vars deployment_name=NAME")
     elif src is not None and dn is not INVALID and (not isinstance(dn, str) or not NAME_RE.match(dn)):
         c.add("deployment_name is empty" if dn in (None, "") else f"invalid deployment_name {dn!r}",
@@ -192,8 +193,9 @@ def _ct_checks(exp: Expanded, c: Collector) -> None:
         return next((p for p in paths if p[0] in em.explicit or p[0] in em.from_vars), paths[0])
 
     for em in exp.modules:
-        checks = ct_checks.for_source(em.schema.source) if em.schema else []
-        for check in checks:
+        if em.schema is None:
+            continue
+        for check in ct_checks.for_source(em.schema.source):
             v = view(em)
             try:
                 found = check.broken(v)
@@ -204,6 +206,7 @@ def _ct_checks(exp: Expanded, c: Collector) -> None:
             if not isinstance(found, ct_checks.Found):
                 found = ct_checks.Found()
             target = exp.module(found.of.module_id) if found.of else em
+            assert target is not None  # FOUND.of is the view of one of exp's modules
             path = found.at or said_first(target, check.at or (check.block,))
             c.add(f"{ct_checks.WHAT[em.schema.source]} '{em.id}': {check.message.format(v=v, **found.info)}",
                   setting_pos(exp, target, *path, key=found.key), check.hint.format(v=v, **found.info))
@@ -232,7 +235,7 @@ def _validators(exp: Expanded, c: Collector) -> None:
         wanted = {"test_module_not_used", "test_deployment_variable_not_used"}
     found: list[BlueprintError] = []
     if "test_deployment_variable_not_used" in wanted:
-        used = getattr(exp, "used_vars", set())
+        used: set[str] = getattr(exp, "used_vars", set())
         for name, src in exp.var_sources.items():
             if name not in used and name not in _ALWAYS_USED and exp.vars.get(name) is not INVALID:
                 found.append(BlueprintError(f"var '{name}' is not used by any module",

@@ -47,11 +47,12 @@ def _split_top_level(arg: str) -> list[tuple[int, str]]:
 
 def parse_cli_vars(args: list[str]) -> list[tuple[str, object, VarSource]]:
     """Parse repeatable `--vars k=v[,k2=v2]` flags; values are read as YAML (lists, maps)."""
-    out = []
+    out: list[tuple[str, object, VarSource]] = []
     errors = []
     for n, arg in enumerate(args):
         fname = "--vars" if n == 0 else f"--vars#{n + 1}"
-        doc = Document(fname, arg, {})
+        values: dict[str, object] = {}
+        doc = Document(fname, arg, values)
         for start, piece in _split_top_level(arg):
             if "=" not in piece:
                 errors.append(BlueprintError(
@@ -73,7 +74,7 @@ def parse_cli_vars(args: list[str]) -> list[tuple[str, object, VarSource]]:
                 pass
             else:  # dates and the like stay text
                 value = raw
-            doc.value[name] = value
+            values[name] = value
             doc.positions[(name,)] = Pos(fname, 1, start + len(name) + 2)
             doc.key_positions[(name,)] = Pos(fname, 1, start + 1)
             out.append((name, value, VarSource(doc, (name,))))

@@ -509,7 +509,7 @@ def _te_record(store: Store, version: str, layers: list[LayerPlan]) -> dict:
     """The image's Transformer Engine: its release, and the build of its JAX extension (the
     wheel, its size, the seconds it took, from the wheelhouse's build.json)."""
     key = next(lp.te_wheels for lp in layers if lp.te_wheels)
-    out = {"version": version, "wheels": key}
+    out: dict[str, object] = {"version": version, "wheels": key}
     d = te_wheel_dir(store, key)
     try:
         with open(os.path.join(d, "build.json")) as f:

@@ -41,14 +41,14 @@ def build(dep: Deployment, only: str | None, verify: bool, progress: Progress, v
     out = []
     for spec in images:
         r = build_image(spec, store, progress)
-        entry = {"image": r.image, "built": r.built, "cached": r.cached, "seconds": round(r.seconds, 1),
-                 "layers": r.layers, "profile": r.profile}
+        entry: dict[str, object] = {"image": r.image, "built": r.built, "cached": r.cached,
+                                    "seconds": round(r.seconds, 1), "layers": r.layers, "profile": r.profile}
         if verify:
             t0 = time.monotonic()
             v = verify_image(spec.name, store, progress, again=verify_again)
             entry["verified"] = v.summary
             entry["verification_cached"] = v.cached
-            entry["profile"]["verify"] = {"seconds": round(time.monotonic() - t0, 2), "cached": v.cached}
+            r.profile["verify"] = {"seconds": round(time.monotonic() - t0, 2), "cached": v.cached}
         progress.say(f"image {r.image}: {len(r.built)} layer(s) built, {len(r.cached)} cached, "
                      f"{r.seconds:.1f}s" + (f"; verified ({entry['verified']})" if verify else ""))
         out.append(entry)
@@ -73,6 +73,7 @@ def list_images(as_json: bool) -> str:
     rows = []
     for name in store.image_names():
         rec = store.image(name)
+        assert rec is not None  # listed just now; an image's record is replaced whole, never removed
         size = sum(_du(store.layer_root(k)) for k in rec["layers"] if store.has(k))
         complete = all(store.has(k) for k in rec["layers"])
         rows.append({"name": name, "base": rec["spec"]["base"], "stack": rec["stack"]["name"],
@@ -95,7 +96,11 @@ def gc(dry_run: bool) -> list[str]:
     with store.lock():
         if not dry_run:  # first: a leftover build node runs from files gc would remove
             store.reap(orphans_too=True)
-        used = {k for n in store.image_names() for k in store.image(n)["layers"]}
+        used: set[str] = set()
+        for n in store.image_names():
+            rec = store.image(n)
+            assert rec is not None  # listed just now; an image's record is replaced whole, never removed
+            used.update(rec["layers"])
         unused = [k for k in store.all_layers() if k not in used]
         stale = [os.path.join(store.layers, d) for d in os.listdir(store.layers)
                  if not store.has(d)] + [os.path.join(store.tmp, d) for d in os.listdir(store.tmp)]

@@ -27,6 +27,33 @@ def _in_flat_view(store: Store, layers: list[str], script: str, work: str, progr
     run(["unshare", "--mount", "sh", "-c", full], on_line=progress.task, what=what)
 
 
+def export_script(name: str, fmt: str, dest: str, work: str) -> str:
+    """The shell program (sh, run with set -eu) that writes image NAME's tree, at $ROOT, to DEST
+    in format FMT; WORK is a scratch folder of its own."""
+    q = shlex.quote(dest)
+    if fmt == "dir":
+        return f'mkdir {q}\ncp -a "$ROOT"/. {q}/\n'
+    if fmt == "tar":
+        # zstd as tar's own compressor, not through a pipe: sh has no pipefail, and a tar that
+        # failed there would have left a truncated archive behind zstd's success
+        return f'tar --numeric-owner --xattrs -I "zstd -q -T0" -C "$ROOT" -cf {q} .\n'
+    if fmt == "ext4":
+        label = shlex.quote(("ctk-" + name)[:16])
+        return (f'size=$(du -sm "$ROOT" | cut -f1)\n'
+                f'mke2fs -q -F -t ext4 -L {label} -d "$ROOT" {q} "$(( size * 13 / 10 + 64 ))M"\n')
+    storage = shlex.quote(os.path.join(work, "containers"))
+    b = f"buildah --root {storage}/root --runroot {storage}/run --storage-driver vfs"
+    tarball = shlex.quote(os.path.join(work, "rootfs.tar"))
+    title = shlex.quote(f"org.opencontainers.image.title=ctk-{name}")
+    ref = shlex.quote(f"oci-archive:{dest}:ctk/{name}:latest")
+    return (f'tar --numeric-owner -C "$ROOT" -cf {tarball} .\n'
+            f"ctr=$({b} from --isolation chroot scratch)\n"
+            f'{b} add "$ctr" {tarball} /\n'
+            f'{b} config --cmd /bin/bash --label {title} "$ctr"\n'
+            f'{b} commit --quiet "$ctr" {ref}\n'
+            f'{b} rm "$ctr" >/dev/null\n')
+
+
 def export_image(name: str, fmt: str, out: str, store: Store | None = None, progress: Progress | None = None,
                  overwrite: bool = False) -> str:
     store = store or Store()
@@ -42,29 +69,11 @@ def export_image(name: str, fmt: str, out: str, store: Store | None = None, prog
         raise UserError(f"{out} already exists", hint="pass -w to overwrite it")
     work = store.scratch(f"export-{name}-{os.getpid()}")
     tmp_out = os.path.join(os.path.dirname(out), f".{os.path.basename(out)}.tmp-{os.getpid()}")
-    q = shlex.quote(tmp_out)
     try:
         with progress.step(f"export {name} as {fmt} to {out}"):
-            if fmt == "dir":
-                script = f"mkdir {q}\ncp -a \"$ROOT\"/. {q}/"
-            elif fmt == "tar":
-                script = f"tar --numeric-owner --xattrs -C \"$ROOT\" -cf - . | zstd -q -T0 -o {q}"
-            elif fmt == "ext4":
-                script = (f"size=$(du -sm \"$ROOT\" | cut -f1)\n"
-                          f"mke2fs -q -F -t ext4 -L {shlex.quote(('ctk-' + name)[:16])} -d \"$ROOT\" {q} "
-                          f"$(( size * 13 / 10 + 64 ))M")
-            else:
-                if not shutil.which("buildah"):
-                    raise UserError("the oci format needs buildah", hint="apt-get install buildah")
-                storage = os.path.join(work, "containers")
-                b = f"buildah --root {shlex.quote(storage)}/root --runroot {shlex.quote(storage)}/run --storage-driver vfs"
-                tarball = shlex.quote(os.path.join(work, "rootfs.tar"))
-                script = (f"tar --numeric-owner -C \"$ROOT\" -cf {tarball} .\n"
-                          f"ctr=$({b} from --isolation chroot scratch)\n"
-                          f"{b} add $ctr {tarball} /\n"
-                          f"{b} config --cmd /bin/bash --label org.opencontainers.image.title=ctk-{name} $ctr\n"
-                          f"{b} commit --quiet $ctr oci-archive:{q}:ctk/{name}:latest\n"
-                          f"{b} rm $ctr >/dev/null")
+            if fmt == "oci" and not shutil.which("buildah"):
+                raise UserError("the oci format needs buildah", hint="apt-get install buildah")
+            script = export_script(name, fmt, tmp_out, work)
             _in_flat_view(store, rec["layers"], script, work, progress, f"export of {name} as {fmt} failed")
             if os.path.isdir(out) and not os.path.islink(out):
                 shutil.rmtree(out)

@@ -128,8 +128,9 @@ def _verify(name: str, store: Store, progress: Progress) -> VerifyResult:
             node.stop()
             shutil.rmtree(work, ignore_errors=True)
     summary = next((ln for ln in reversed(tail) if re.search(r"\d+ passed", ln)), tail[-1] if tail else "")
-    passed = int(re.search(r"(\d+) passed", summary).group(1)) if re.search(r"(\d+) passed", summary) else 0
-    skipped = int(re.search(r"(\d+) skipped", summary).group(1)) if re.search(r"(\d+) skipped", summary) else 0
+    passed_m, skipped_m = re.search(r"(\d+) passed", summary), re.search(r"(\d+) skipped", summary)
+    passed = int(passed_m.group(1)) if passed_m else 0
+    skipped = int(skipped_m.group(1)) if skipped_m else 0
     store.save_verified(name, {"layers": rec["layers"], "checks": checks, "passed": passed, "skipped": skipped,
                                "summary": summary.strip(), "at": time.strftime("%Y-%m-%d %H:%M:%S")})
     return VerifyResult(name, passed, skipped, summary.strip())

@@ -5,9 +5,13 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..errors import UserError
 from . import templates
+
+if TYPE_CHECKING:
+    from .options import JobOptions
 
 
 def parse_sets(sets: list[str], nodes: str | None) -> dict[str, str]:
@@ -94,7 +98,7 @@ class SubmitRequest:
     command: tuple[str, ...]
     cluster: ClusterRef
     sbatch_args: tuple[str, ...] = ()
-    options: object = None  # options.JobOptions
+    options: JobOptions | None = None
 
 
 def cluster_of(ref: ClusterRef):

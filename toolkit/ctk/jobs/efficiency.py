@@ -124,7 +124,7 @@ def efficiency(cluster: Cluster, job_id: str) -> list[Efficiency]:
     return found
 
 
-def _size(n: int | None) -> str:
+def _size(n: float | None) -> str:
     if n is None:
         return "-"
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):

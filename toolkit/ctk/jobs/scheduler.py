@@ -191,10 +191,11 @@ def log_paths(cluster: Cluster, script_text: str, job_id: str, script_name: str 
     script's #SBATCH lines (Slurm's default slurm-%j.out when absent), relative ones in CHDIR
     (the folder the job runs in; default the jobs folder). For array jobs pass TASK; a pattern
     with %j names the task's own job id, which is known only to Slurm."""
-    name = (_NAME.search(script_text).group(1) if _NAME.search(script_text) else script_name) or "sbatch"
+    name_m = _NAME.search(script_text)
+    name = (name_m.group(1) if name_m else script_name) or "sbatch"
     out_m, err_m = _OUT.search(script_text), _ERR.search(script_text)
     default = "slurm-%A_%a.out" if task is not None else "slurm-%j.out"
     out = expand_pattern(out_m.group(1) if out_m else default, job_id, name, task)
     err = expand_pattern(err_m.group(1), job_id, name, task) if err_m else out
     base = chdir or cluster.jobs_dir
-    return tuple(posixpath.normpath(posixpath.join(base, p)) for p in (out, err))  # type: ignore[return-value]
+    return posixpath.normpath(posixpath.join(base, out)), posixpath.normpath(posixpath.join(base, err))

@@ -640,7 +640,8 @@ def render(name: str, params: dict[str, Any], command: list[str] | None = None,
     if "gpus_per_node" in params and "accelerator" in values and values["accelerator"] != "gpu":
         # the template would leave the GPUs out: say so rather than run the job without them
         where = (f"the nodes of nodeset {pick_nodeset(cluster, nodeset)[0].name} have none"
-                 if facts and "accelerator" not in params else f"accelerator is {values['accelerator']}")
+                 if cluster is not None and facts and "accelerator" not in params
+                 else f"accelerator is {values['accelerator']}")
         raise UserError(f"--set gpus_per_node={values['gpus_per_node']}: GPUs go with accelerator=gpu, "
                         f"and {where}",
                         hint="--nodeset NAME of a GPU nodeset (with --deployment), or --set accelerator=gpu, or "

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, overload
 
 from . import cluster_toolkit as ct
 from .machines import lookup_machine
@@ -89,6 +89,13 @@ class Values:
         if v is None or isinstance(v, bool) or not isinstance(v, (int, float)):
             raise Unknown(name)
         return v
+
+    @overload
+    def text(self, name: str) -> str | None: ...
+    @overload
+    def text(self, name: str, null: str) -> str: ...
+    @overload
+    def text(self, name: str, null: None) -> str | None: ...
 
     def text(self, name: str, null: str | None = None) -> str | None:
         v = self.typed(name, str)
@@ -330,6 +337,16 @@ def _scripts(name: str) -> Check:
                  "give the script either inline (content) or as a file (source), one of the two")
 
 
+def _nodeset_names_repeat(setting: str) -> Callable[[Values], Any]:
+    """A partition's test: do two of the nodesets fed to SETTING have one name in Slurm?"""
+    return lambda v: _duplicate(v.fed(setting), "name", _nodeset_name)
+
+
+def _with_backup_controller(bad: Callable[[Values], Any]) -> Callable[[Values], Any]:
+    """A controller's test: BAD breaks the rule only where a backup controller is enabled."""
+    return lambda v: v.flag("enable_backup_controller") and bad(v)
+
+
 def _image_checks(modules: tuple[str, ...]) -> list[Check]:
     def fields(v: Values) -> dict:
         img = v.typed("instance_image", dict)
@@ -510,7 +527,7 @@ CHECKS: list[Check] = [
           "a slice's hosts come and go together: count nodes in whole slices"),
 
     # ---- partition
-    *(Check((P,), _VARS, s, cond, lambda v, s=s: _duplicate(v.fed(s), "name", _nodeset_name),
+    *(Check((P,), _VARS, s, cond, _nodeset_names_repeat(s),
             "nodesets '{first}' and '{second}' both have the name '{name}' in Slurm",
             "give one of them another name (slurm-gcp keeps its lowercase letters and digits, at most 14)")
       for s, cond in (("nodeset", "length(distinct(var.nodeset[*].nodeset_name)) == length(var.nodeset)"),
@@ -526,14 +543,14 @@ CHECKS: list[Check] = [
     Check((C,), _VARS, "slurm_cluster_name",
           f'var.slurm_cluster_name == null || can(regex("{_CLUSTER_NAME_RE}", var.slurm_cluster_name))',
           lambda v: v.text("slurm_cluster_name") is not None and not re.search(_CLUSTER_NAME_RE,
-                                                                               v.text("slurm_cluster_name")),
+                                                                               v.text("slurm_cluster_name", "")),
           "invalid slurm_cluster_name {v[slurm_cluster_name]!r}",
           "1 to 20 lowercase letters, digits or '-', starting with a letter"),
     *(Check((C,), _VARS, "enable_backup_controller",
             'var.enable_backup_controller == false || (anytrue([for s in var.network_storage : s.local_mount == '
             '"/var/spool/slurm"]) && var.controller_state_disk == null && length(var.static_ips) >= 2 && '
             'var.cloudsql != null)',
-            lambda v, bad=bad: v.flag("enable_backup_controller") and bad(v), message, hint, at=at)
+            _with_backup_controller(bad), message, hint, at=at)
       for bad, message, hint, at in (
           (lambda v: v.raw("controller_state_disk") is not None,
            "a backup controller keeps its state on shared storage, not on controller_state_disk",

@@ -259,8 +259,8 @@ def native_blueprint(exp: Expanded, dep: Deployment, pinned: dict[str, str] | No
         vars_[_image_var(img)] = ({"name": pinned[img.name]} if pinned else {"family": family_name(img)}) \
             | {"project": "$(vars.project_id)"}
 
-    primary = [{"id": "network", "source": CT_VPC}]
-    groups = [{"group": "primary", "modules": primary}]
+    primary: list[dict] = [{"id": "network", "source": CT_VPC}]
+    groups: list[dict] = [{"group": "primary", "modules": primary}]
     for img in images if pinned is None else ():
         fam = slurm_gcp.family_for(img.base)
         assert fam is not None  # planning refused the others
@@ -319,6 +319,7 @@ def _kept(exp: Expanded, dep: Deployment) -> dict:
     included), with ctk's runners after those of each image build's startup script."""
     bp = exp.blueprint
     data = copy.deepcopy(bp.doc.value)
+    assert isinstance(data, dict)  # a blueprint is a mapping (check_structure)
     vars_ = data.setdefault("vars", {}) or {}
     data["vars"] = vars_
     for name, src in exp.var_sources.items():

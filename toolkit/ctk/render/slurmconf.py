@@ -278,10 +278,11 @@ def _topology(ns: Nodeset) -> tuple[int, Params]:
             )
         return cpus // divisor
 
-    if sockets is None and cores is None:
-        sockets, cores = 1, derive("CoresPerSocket", b * threads)
-    elif sockets is None:
-        sockets = derive(sockets_key, b * cores * threads)
+    if sockets is None:
+        if cores is None:
+            sockets, cores = 1, derive("CoresPerSocket", b * threads)
+        else:
+            sockets = derive(sockets_key, b * cores * threads)
     elif cores is None:
         cores = derive("CoresPerSocket", b * sockets * threads)
     total_cores = b * sockets * cores
@@ -517,6 +518,7 @@ def _accounting(dep: Deployment, layout: NodeLayout | None) -> Params:
     if layout is None:
         if not _stores_accounting(dep, layout):
             return []
+        assert dep.controller is not None  # without a layout, only a controller stores accounting
         return [("AccountingStorageType", "accounting_storage/slurmdbd"),
                 ("AccountingStorageHost", dep.controller.hostname)]
     if not layout.slurmdbd_addr:

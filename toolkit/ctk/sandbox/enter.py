@@ -65,8 +65,8 @@ def enter(pid: int, argv: list[str], *, user: str = "root", cwd: str | None = No
         raise EnterError(f"node process {pid} is gone ({e.strerror})") from None
     for fd, (name, flag) in zip(fds, NAMESPACES):
         if _libc.setns(fd, flag) != 0:
-            err = ctypes.get_errno()
-            raise EnterError(f"cannot join the node's {name} namespace: {os.strerror(err)} (ctk needs root)")
+            errnum = ctypes.get_errno()
+            raise EnterError(f"cannot join the node's {name} namespace: {os.strerror(errnum)} (ctk needs root)")
         os.close(fd)
     _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     caps.confine(caps.NODE)

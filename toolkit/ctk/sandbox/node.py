@@ -128,12 +128,12 @@ def boot(spec: NodeSpec, timeout: float = 30.0) -> int:
     for stale in (pid_file, os.path.join(spec.state_dir, "services.json")):
         if os.path.exists(stale):
             os.unlink(stale)
-    d = asdict(spec)
-    d.update(root=spec.root, upper=spec.upper, work=os.path.join(spec.state_dir, "work"),
-             logdir=spec.logdir, ready_file=pid_file)
+    record = asdict(spec)
+    record.update(root=spec.root, upper=spec.upper, work=os.path.join(spec.state_dir, "work"),
+                  logdir=spec.logdir, ready_file=pid_file)
     spec_path = os.path.join(spec.state_dir, "spec.json")
     with open(spec_path, "w") as f:
-        json.dump(d, f, indent=1)
+        json.dump(record, f, indent=1)
     init_log = open(os.path.join(spec.logdir, "nodeinit.log"), "ab")
     env = ctk_env()
     enter_net = ["nsenter", f"--net={spec.netns}"] if spec.netns else []
@@ -196,7 +196,7 @@ def enter_argv(pid: int | str, argv: list[str], *, user: str = "root", cwd: str 
             "from ctk.sandbox.enter import main; sys.exit(main(sys.argv[1:]))", str(pid), *opts, "--", *argv]
 
 
-def exec_argv(state_dir: str, argv: list[str], cwd: str = "/", env: dict[str, str] | None = None,
+def exec_argv(state_dir: str, argv: list[str], cwd: str | None = "/", env: dict[str, str] | None = None,
               user: str = "root", umask: str | None = None) -> list[str]:
     """The command line that runs `argv` inside a running node (see enter_argv)."""
     pid = node_pid(state_dir)

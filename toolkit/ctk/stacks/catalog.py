@@ -285,6 +285,7 @@ def _stack_from(doc: Document, name: str, body, c: Collector) -> Stack | None:
         bad = True
     if bad:
         return None
+    assert isinstance(pins, dict)  # required, and checked to be a mapping above
     md = body.get("min_driver")
     py = body["python"]
     return Stack(

@@ -2,7 +2,7 @@
 against it.
 
 The versions are written once, in the roles' own variables: the NVIDIA driver the nvidia_driver
-role pins (its vars/<Distribution>[-<major>].yml, `__nvidia_driver`) and the CUDA toolkit the
+role pins (its vars/<Distribution>[-<major>].yml, `__nvidia_driver_pin`) and the CUDA toolkit the
 cuda role installs (`__cuda_toolkit`). ctk reads them here, so a blueprint is checked against
 exactly what its image will carry, before any build starts:
 
@@ -85,7 +85,7 @@ def _role_vars(ansible_dir: str, role: str, base: str) -> dict:
 
 def image_driver(base: str) -> Driver | None:
     """The driver the nvidia_driver role installs on BASE (None: ctk does not know one)."""
-    d = _role_vars(paths.ansible_dir(), "nvidia_driver", base).get("__nvidia_driver")
+    d = _role_vars(paths.ansible_dir(), "nvidia_driver", base).get("__nvidia_driver_pin")
     if not isinstance(d, dict):
         return None
     return Driver(str(d["version"]), str(d.get("branch") or str(d["version"]).split(".")[0]),

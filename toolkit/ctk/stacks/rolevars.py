@@ -15,7 +15,9 @@ SLURM_UID = SERVICE_IDS.start + 1  # images.accounts.FIXED['slurm']
 def role_variables(spec: ImageSpec, role: str, stack: Stack, lock: Lock | None = None) -> dict:
     """Variables that shape a role's layer; only the jax layer sees the stack and its lock."""
     if role == "jax":
-        return jax_role_vars(stack, [lock or image_lock(spec, stack)])
+        lock = lock or image_lock(spec, stack)
+        assert lock is not None  # ROLE is one of SPEC's roles: image_lock gives its lock (or raises)
+        return jax_role_vars(stack, [lock])
     if role == "slurm":  # the slurm user's number: the one ctk gives it in every image (images.accounts)
         return {"slurm_flavour": "all", "slurm_uid": SLURM_UID}
     if role == "dcgm":  # DCGM 4's packages are per CUDA major

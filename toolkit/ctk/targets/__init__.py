@@ -121,6 +121,7 @@ def deploy(exp: "Expanded", deployment_dir: str, *, max_nodes: int | None, progr
         folder.update(exp, dep, deployment_dir)
         outcome = target.deploy(exp, dep, deployment_dir, max_nodes=max_nodes, progress=progress)
         if replaced is not None:
+            assert old is not None  # a cluster is replaced only where the folder held one
             outcome.lines[:0] = [f"replaced cluster {old['cluster']}: {line}" for line in replaced]
             outcome.record["replaced"] = {"cluster": old["cluster"], "target": old["target"], "done": replaced}
         return outcome

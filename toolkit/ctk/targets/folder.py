@@ -40,11 +40,17 @@ def artifacts(exp: Expanded, dep: Deployment) -> dict[str, str | bytes]:
     }
     gcp = gcp_files(exp, dep)
     files.update(gcp)
-    files.update(image_folders(exp, dep, gcp.get(TARBALL_PATH)))
+    tarball = gcp.get(TARBALL_PATH)
+    assert not isinstance(tarball, str)  # gcp_files makes the roles tarball as bytes
+    files.update(image_folders(exp, dep, tarball))
     # On Google Cloud slurm-gcp writes slurm.conf itself: the gcp target gets none of ctk's.
     if dep.controller is not None and dep.target != "gcp":
-        group = exp.module(dep.controller.module_id).module.group if dep.controller.module_id \
-            else exp.blueprint.groups[-1].name
+        if dep.controller.module_id:
+            em = exp.module(dep.controller.module_id)
+            assert em is not None  # planning took the controller from that module of EXP
+            group = em.module.group
+        else:
+            group = exp.blueprint.groups[-1].name
         # A target that knows where the daemons listen (the ssh target's hosts) says so.
         lay = _folder_layout(dep)
         files[f"{group}/slurm/slurm.conf"] = render_slurm_conf(dep, layout=lay)

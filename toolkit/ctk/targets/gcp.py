@@ -57,13 +57,14 @@ class GcpTarget(Target):
             progress.say("note: --max-nodes is for the local target; on the gcp target the nodesets' own counts hold")
         cmds = deploy_commands(dep, deployment_dir)
         gcluster = shutil.which(GCLUSTER)
+        commands = [shlex.join(c) for c in cmds]
         record = {"target": "gcp", "blueprint": os.path.join(_gcp_dir(deployment_dir), "blueprint.yaml"),
-                  "commands": [shlex.join(c) for c in cmds], "ran": False}
+                  "commands": commands, "ran": False}
         if gcluster is None:
             return DeployOutcome([
                 f"{dep.deployment_name}: wrote {record['blueprint']} (and the roles tarball beside it)",
                 "gcluster (Cluster Toolkit) is not on PATH; to deploy, run:",
-                *(f"  {c}" for c in record["commands"]),
+                *(f"  {c}" for c in commands),
                 f"and to take it down: gcluster destroy {os.path.join(_gcp_dir(deployment_dir), dep.deployment_name)}"],
                 record)
         if not dep.gcp.get("project_id"):

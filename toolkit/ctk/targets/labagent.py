@@ -41,6 +41,8 @@ from ..sandbox import node as nodes
 from ..sandbox.proc import running_pid
 
 POLL = 0.2  # seconds between looks at the request folder and the timers
+# Run in a node under notice: its /run/ctk/preempted says TRUE, written whole.
+PREEMPTED_SCRIPT = "mkdir -p /run/ctk && printf 'TRUE\\n' > /run/ctk/.preempted && mv -f /run/ctk/.preempted /run/ctk/preempted"
 SYNC = 3.0  # seconds between looks at Slurm's view of the nodes (Agent.sync), from the start
 WORKERS = 8  # nodes booted or stopped at once
 # What a lab node takes of this machine's memory, idle (bench/lab_scale.py measures it): a
@@ -271,9 +273,8 @@ class Agent:
         instance/preempted) says TRUE. Written by a process in the node, as the node's root: a
         path the node resolves itself (its root may have made /run/ctk a symlink)."""
         sd = self.state_dir(name)
-        script = "mkdir -p /run/ctk && printf 'TRUE\\n' > /run/ctk/.preempted && mv -f /run/ctk/.preempted /run/ctk/preempted"
         try:
-            r = subprocess.run(nodes.exec_argv(sd, ["/bin/sh", "-c", script]), capture_output=True, text=True, timeout=15)
+            r = subprocess.run(nodes.exec_argv(sd, ["/bin/sh", "-c", PREEMPTED_SCRIPT]), capture_output=True, text=True, timeout=15)
         except (DaemonError, subprocess.TimeoutExpired) as e:
             self.event("notice-not-written", name, error=str(e))
             return

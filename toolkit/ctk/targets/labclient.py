@@ -88,6 +88,10 @@ def slurm(deployment_dir: str, *argv: str, timeout: float = 30, check: bool = Tr
     return r
 
 
+
+# Standard input into a new file $2 (never over an existing one) in the private folder $1.
+PRIVATE_WRITE_SCRIPT = 'umask 077 && mkdir -p "$1" && chmod 700 "$1" && set -C && cat > "$2"'
+
 class LabCluster(HereCluster):
     """Where `ctk job --deployment DIR` goes for a lab: the lab's own Slurm commands, run in its
     client node as the lab's user ($CTK_LAB_USER=root: as root), and the user's home on the
@@ -140,8 +144,7 @@ class LabCluster(HereCluster):
         """The script, written in the node as its user (0600 in the 0700 jobs folder): the node
         resolves the path, so nothing the node made there redirects the write to the host."""
         path = f"{self.jobs_dir}/{script_name(name)}.sbatch"
-        r = self.run(["/bin/sh", "-c", 'umask 077 && mkdir -p "$1" && chmod 700 "$1" && set -C && cat > "$2"',
-                      "sh", self.jobs_dir, path], stdin=text)
+        r = self.run(["/bin/sh", "-c", PRIVATE_WRITE_SCRIPT, "sh", self.jobs_dir, path], stdin=text)
         if r.returncode != 0:
             raise SlurmError(f"cannot write the job's script {path} on the lab as {self.user}: {r.stderr.strip()}")
         return path

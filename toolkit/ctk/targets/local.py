@@ -134,6 +134,7 @@ def scale(dep: Deployment, max_nodes: int) -> tuple[Deployment, list[str]]:
             notes.append(f"nodeset {ns.name}: {want} nodes capped to {static + dynamic} (--max-nodes {max_nodes})")
         ns.node_count_static, ns.node_count_dynamic_max = static, dynamic
         if ns.gpu_count:
+            assert ns.gpu_type is not None  # planning gives a nodeset with GPUs their gres type
             notes.append(f"nodeset {ns.name}: {ns.gpu_count} x {ns.gpu_type.upper()} per node emulated "
                          "as Slurm gres (no devices)")
         if ns.tpu_type:
@@ -186,8 +187,10 @@ def plan_lab(dep: Deployment, n: int, max_nodes: int = DEFAULT_MAX_NODES) -> Lab
         raise UserError(f"the lab would have {total} nodes; a lab has at most {netns.MAX_HOSTS}",
                         hint="lower --max-nodes, or the blueprint's node counts")
     slurmd_port = leases.port(n, leases.PORTS_PER_LEASE - 1)
-    nodes_: list[LabNode] = [LabNode(scaled.controller.hostname, "controller", leases.addr(n, 1),
-                                     leases.port(n, 0), image_of(scaled.controller.image), host=1)]
+    ctl = scaled.controller
+    assert ctl is not None  # a copy of DEP, which has one (checked above)
+    nodes_: list[LabNode] = [LabNode(ctl.hostname, "controller", leases.addr(n, 1),
+                                     leases.port(n, 0), image_of(ctl.image), host=1)]
     host = 2
     for ns in scaled.nodesets:
         for i, name in enumerate(ns.node_names()):
@@ -258,9 +261,11 @@ def layout(plan: LabPlan) -> NodeLayout:
         # ends, not up to 3 s later (200 one-CPU tasks on the debug partition: 133 s with
         # Slurm's default, bench/array.py).
         batch_sched_delay=0,
-        **({} if not plan.cloud_nodes else dict(
-            cloud_nodes=[x.name for x in plan.cloud_nodes], resume_program=f"/etc/slurm/{RESUME_SCRIPT}",
-            suspend_program=f"/etc/slurm/{SUSPEND_SCRIPT}", nodes_ready_program=f"/etc/slurm/{READY_SCRIPT}")))
+        # Power saving, where the lab has dynamic nodes.
+        cloud_nodes=[x.name for x in plan.cloud_nodes],
+        resume_program=f"/etc/slurm/{RESUME_SCRIPT}" if plan.cloud_nodes else None,
+        suspend_program=f"/etc/slurm/{SUSPEND_SCRIPT}" if plan.cloud_nodes else None,
+        nodes_ready_program=f"/etc/slurm/{READY_SCRIPT}" if plan.cloud_nodes else None)
 
 
 # slurmctld's ResumeProgram and SuspendProgram in the lab: each hands its nodes (a Slurm
@@ -312,6 +317,7 @@ def lab_files(plan: LabPlan, ldir: str) -> dict[str, str]:
         files["etc/slurm/gres.conf"] = render_gres_conf(plan.dep, layout=lay)
     files["ssh_config"] = ssh_config(plan, ldir)
     if plan.cloud_nodes:
+        assert plan.dep.controller is not None  # plan_lab refuses a deployment without one
         files[f"etc/slurm/{RESUME_SCRIPT}"] = power_script("resume")
         files[f"etc/slurm/{SUSPEND_SCRIPT}"] = power_script("suspend")
         files[f"etc/slurm/{READY_SCRIPT}"] = ready_script(plan.dep.controller.resume_timeout)
@@ -435,11 +441,11 @@ def node_spec(plan: LabPlan, x: LabNode, ldir: str, lowerdirs: list[str]) -> nod
         run_files.update(files)
         run_dirs += dirs
         services.append(sshd)
-    binds = [{"src": os.path.join(ldir, "etc", "slurm"), "dest": "/etc/slurm", "ro": True},
-             {"src": os.path.join(ldir, "etc", "hosts"), "dest": "/etc/hosts", "ro": True},
-             {"src": os.path.join(ldir, "home"), "dest": "/home"},
-             {"src": os.path.join(ldir, "root"), "dest": "/root"},
-             {"src": os.path.join(ldir, "gpus"), "dest": GPU_DIR_IN_NODE, "ro": True}]
+    binds: list[dict] = [{"src": os.path.join(ldir, "etc", "slurm"), "dest": "/etc/slurm", "ro": True},
+                         {"src": os.path.join(ldir, "etc", "hosts"), "dest": "/etc/hosts", "ro": True},
+                         {"src": os.path.join(ldir, "home"), "dest": "/home"},
+                         {"src": os.path.join(ldir, "root"), "dest": "/root"},
+                         {"src": os.path.join(ldir, "gpus"), "dest": GPU_DIR_IN_NODE, "ro": True}]
     if x.role == "controller":
         binds.append({"src": os.path.join(ldir, "slurmctld"), "dest": "/var/spool/slurmctld"})
         if plan.cloud_nodes:
@@ -748,7 +754,9 @@ def stop_agent(deployment_dir: str) -> bool:
     from .labagent import agent_pid
 
     pid = agent_pid(power_dir(deployment_dir))
-    return bool(pid) and terminate(pid)
+    if not pid:
+        return False
+    return terminate(pid)
 
 
 BOOT_WORKERS = 8  # compute nodes booted at once (each mostly waits for its daemons to start)
@@ -778,7 +786,7 @@ def _boot_all(n: int, to_boot: list[tuple[LabNode, nodes.NodeSpec]], started: li
             continue
         with ThreadPoolExecutor(min(BOOT_WORKERS, len(batch))) as pool:
             futures = [pool.submit(boot, x, spec) for x, spec in batch]
-        errors = [f.exception() for f in futures if f.exception() is not None]
+        errors = [e for f in futures if (e := f.exception()) is not None]
         if errors:
             raise errors[0]
 
@@ -824,6 +832,7 @@ def deploy_local(dep: Deployment, deployment_dir: str, *, max_nodes: int = DEFAU
         if rec is None or not all(store.has(k) for k in rec["layers"]) or rec["spec"] != asdict(img):
             build_image(img, store, progress)
             rec = store.image(img.name)
+            assert rec is not None  # build_image records the image it built
         layers[img.name] = rec["layers"]
 
     started_now: list[str] = []
@@ -1218,7 +1227,7 @@ def preempt_local(deployment_dir: str, names: list[str], notice: float | None = 
     kw = {"by": "ctk-preempt"} if notice is None else {"notice": notice, "by": "ctk-preempt"}
     request(pdir, "preempt", want, **kw)
 
-    def seen(event: str) -> set[str]:
+    def seen(event: str) -> set[str | None]:
         return {e.get("node") for e in read_events(pdir) if e.get("event") == event and e.get("epoch", 0) >= since - 1}
 
     try:

@@ -16,6 +16,7 @@ def _only_with_cuda(roles):
 
 def test_nvcc_is_the_pinned_toolkit_and_the_record_says_so(host, base):
     pinned = cuda_toolkit(base.name)
+    assert pinned is not None, f"ctk pins no CUDA toolkit for base {base.name}"
     record = json.loads(host.file("/etc/ctk/cuda-toolkit.json").content_string)
     assert record["version"] == pinned.version
     out = host.check_output(f"{record['cuda_home']}/bin/nvcc --version")

@@ -33,6 +33,7 @@ def kernels(host):
 
 def test_the_record_is_the_pinned_driver(record, base):
     pinned = image_driver(base.name)
+    assert pinned is not None, f"ctk pins no driver for base {base.name}"
     assert record["version"] == pinned.version and record["kernel_module"] == pinned.kernel_module
     if pinned.package_version:
         assert record["package_version"] == pinned.package_version
