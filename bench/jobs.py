@@ -97,7 +97,7 @@ def main() -> None:
         figures["api_over_sbatch"] = figures["api_submit_s"] / figures["sbatch_submit_s"]
 
         # 3. status of N registered jobs: fill the registry with held jobs, one squeue call
-        while len([j for j in registry.load(dep)]) < args.status_jobs:
+        while len(list(registry.load(dep))) < args.status_jobs:
             held.append(api.submit("jax-train", params, cluster, cmd, extra_args=["--hold"]).id)
         calls = []
         real_run = cluster.run

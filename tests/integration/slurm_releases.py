@@ -20,7 +20,6 @@ from ctk.sandbox import node as nodes
 from ctk.sandbox.daemons import DaemonError, Proc, ensure_munge_key, wait_for
 from ctk.sandbox.proc import terminate
 
-
 # What a slurmctld log says that is no complaint about the configuration: a first start (-c)
 # finds no saved state; Slurm's default MailProg, /bin/mail, is neither in ctk's images nor on
 # this machine; this machine's 22.05 cannot load its PMIx plugin (no libpmix installed here).

@@ -15,9 +15,14 @@ import time
 import pytest
 
 from ctk.cli import main
-from ctk.sandbox.daemons import free_tcp_port, start_munged, start_slurmctld, start_slurmd
-from ctk.render.slurmconf import NodeLayout, render_cgroup_conf, render_slurm_conf
 from ctk.model import Controller, Deployment, Nodeset, Partition
+from ctk.render.slurmconf import NodeLayout, render_cgroup_conf, render_slurm_conf
+from ctk.sandbox.daemons import (
+    free_tcp_port,
+    start_munged,
+    start_slurmctld,
+    start_slurmd,
+)
 
 from .accounting_daemons import start_mariadb, start_slurmdbd, write_slurmdbd_conf
 

@@ -14,7 +14,12 @@ import pytest
 from conftest import FIXTURES
 from ctk import paths
 from ctk.plan import process
-from ctk.render.slurmconf import NodeLayout, render_cgroup_conf, render_gres_conf, render_slurm_conf
+from ctk.render.slurmconf import (
+    NodeLayout,
+    render_cgroup_conf,
+    render_gres_conf,
+    render_slurm_conf,
+)
 from ctk.sandbox.daemons import ensure_munge_key, free_tcp_port
 
 from .slurm_releases import config_complaints
@@ -58,10 +63,10 @@ def test_slurmctld_accepts_rendered_blueprint(case, slurm, tmp_path):
         for prog in ("resume", "suspend", "ready"):
             (tmp_path / prog).write_text("#!/bin/sh\nexit 0\n")
             (tmp_path / prog).chmod(0o755)
-        power = dict(cloud_nodes=cloud, resume_program=str(tmp_path / "resume"),
-                     suspend_program=str(tmp_path / "suspend"), nodes_ready_program=str(tmp_path / "ready"))
+        power = {"cloud_nodes": cloud, "resume_program": str(tmp_path / "resume"),
+                     "suspend_program": str(tmp_path / "suspend"), "nodes_ready_program": str(tmp_path / "ready")}
     layout = NodeLayout(controller_addr="127.0.0.1", controller_port=free_tcp_port(),
-                        node_addr={n: "127.0.0.1" for n in names},
+                        node_addr=dict.fromkeys(names, "127.0.0.1"),
                         node_port={n: free_tcp_port() for n in names},
                         state_dir=str(tmp_path / "state"), spool_dir=str(tmp_path / "spool"),
                         log_dir=str(tmp_path / "log"), pid_dir=str(tmp_path / "run"), slurm_user="root",

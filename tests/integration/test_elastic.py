@@ -14,8 +14,15 @@ import pytest
 from ctk import paths
 from ctk.targets.labagent import read_events
 from ctk.targets.local import status_local
+
 from .conftest import user_home
-from .test_jobs import check_resumed, final_line, submit_preemptible, train_cmd, wait_for_step
+from .test_jobs import (
+    check_resumed,
+    final_line,
+    submit_preemptible,
+    train_cmd,
+    wait_for_step,
+)
 from .test_local_target import deploy
 
 pytestmark = pytest.mark.integration

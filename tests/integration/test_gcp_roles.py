@@ -18,7 +18,7 @@ import tarfile
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import roles_helpers as rh  # noqa: E402
+import roles_helpers as rh
 
 # tarfile's extraction filters came in Python 3.11.4 (Debian 12 has 3.11.2): where they exist,
 # the safe one; the archive is ctk's own either way.

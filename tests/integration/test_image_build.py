@@ -30,6 +30,7 @@ for tool in ("debootstrap", "packer", "unshare"):
 
 from .conftest import LAB, ctk, link_layers  # noqa: E402 (after the skips above: nothing to import without the tools)
 
+
 def test_lab_image_builds_and_verifies(lab_build):
     """The lab image's layers: the jax layer is the lab's own; common, munge and slurm may
     already be cached, built by slurm_image("debian-13") for an earlier test (same base, same

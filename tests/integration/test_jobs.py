@@ -15,6 +15,7 @@ import time
 import pytest
 
 from ctk import paths
+
 from .conftest import LAB, LAB_USER, USER_HOME, ctk, user_home
 from .test_local_target import deploy
 

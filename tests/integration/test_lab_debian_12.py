@@ -7,7 +7,12 @@ import os
 import pytest
 
 from .conftest import LAB_12
-from .test_local_target import _sacct, _wait_forgotten, assert_jaxlib_accepts_template_xla_flags, deploy
+from .test_local_target import (
+    _sacct,
+    _wait_forgotten,
+    assert_jaxlib_accepts_template_xla_flags,
+    deploy,
+)
 
 # It waits for the Debian 12 image's background build: longer than the 900 s a test gets elsewhere.
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(2700)]

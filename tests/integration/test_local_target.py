@@ -5,8 +5,8 @@ import json
 import os
 import re
 import shlex
-import stat
 import shutil
+import stat
 import subprocess
 import sys
 import time
@@ -14,6 +14,7 @@ import time
 import pytest
 
 from conftest import FIXTURES
+
 from .conftest import LAB, ctk, lab_env, user_home
 
 pytestmark = pytest.mark.integration
@@ -959,7 +960,7 @@ def test_deploys_killed_at_random_moments_each_then_deployed_again_leave_one_nod
             assert r.returncode == 0, (seed, moments, r.stderr[-3000:])
             names = [x["name"] for x in lab.status()[1]["nodes"]]
             counts = _nodeinits(path)
-            assert counts == {n: 2 for n in names}, (seed, moments, counts)
+            assert counts == dict.fromkeys(names, 2), (seed, moments, counts)
             rc, st = lab.status()
             assert rc == 0 and st["accounting"] == "up", (seed, moments, st)
         print(f"killed at {moments} s of a {window:.1f} s deploy (CTK_KILL_SEED={seed})")
@@ -995,7 +996,7 @@ def test_auth_slurm_lab_runs_a_two_node_job_with_no_munge(state, tmp_path_factor
         _wait_forgotten(lab, job)
         assert _sacct(lab, job) == "FAILED|4:0"
         version = lab.slurm("sinfo", "-V").stdout
-        assert version.startswith("slurm-wlm 24.11") or version.startswith("slurm 24.11"), version
+        assert version.startswith(("slurm-wlm 24.11", "slurm 24.11")), version
         names = []
         for node in os.listdir(os.path.join(lab.path, "lab", "nodes")):
             pid = open(os.path.join(lab.path, "lab", "nodes", node, "pid")).read().strip()

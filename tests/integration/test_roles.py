@@ -23,9 +23,9 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import roles_helpers as rh  # noqa: E402
+import roles_helpers as rh
 
-from ctk.stacks import jax_role_vars, load_stacks, read_lock  # noqa: E402
+from ctk.stacks import jax_role_vars, load_stacks, read_lock
 
 pytestmark = pytest.mark.integration
 

@@ -17,15 +17,20 @@ import os
 import pwd
 import random
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
 from ctk.model import BASES, Controller, Deployment, Login, Nodeset, Partition
 from ctk.render.hostlist import compress, expand
-from ctk.render.slurmconf import NodeLayout, render_cgroup_conf, render_gres_conf, render_slurm_conf
+from ctk.render.slurmconf import (
+    NodeLayout,
+    render_cgroup_conf,
+    render_gres_conf,
+    render_slurm_conf,
+)
 from ctk.sandbox import daemons
 from ctk.sandbox.daemons import Proc, free_tcp_port
 
@@ -136,7 +141,7 @@ def cluster(slurm, tmp_path_factory) -> Iterator[Cluster]:
     layout = NodeLayout(
         controller_addr="127.0.0.1",
         controller_port=free_tcp_port(),
-        node_addr={name: "127.0.0.1" for name in node_names},
+        node_addr=dict.fromkeys(node_names, "127.0.0.1"),
         node_port={name: free_tcp_port() for name in node_names},
         state_dir=str(dirs["state"]),
         spool_dir=str(dirs["spool"]),

@@ -20,9 +20,9 @@ import time
 
 import pytest
 
-from ctk.sandbox import node as nodes
 from ctk.images import buildnode
 from ctk.images.store import Store
+from ctk.sandbox import node as nodes
 
 from .conftest import ctk
 

@@ -28,7 +28,7 @@ from ctk.stacks.lock import parse_versions
 
 pytestmark = pytest.mark.integration
 
-HOST_PYTHON = "%d.%d" % sys.version_info[:2]
+HOST_PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
 STACK = "jax-cpu-0.10"
 CATALOG = Path(paths.IMAGES) / "stacks.yaml"
 

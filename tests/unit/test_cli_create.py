@@ -12,8 +12,8 @@ import yaml
 
 from conftest import ROOT
 from ctk import paths
-from ctk.targets import folder as deployfolder
 from ctk.cli import main
+from ctk.targets import folder as deployfolder
 
 LAB = os.path.join(paths.BLUEPRINTS, "lab.yaml")
 ENV = {**os.environ, "PYTHONPATH": os.path.join(ROOT, "toolkit")}

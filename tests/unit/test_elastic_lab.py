@@ -7,19 +7,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 import os
 import subprocess
+import time
 
 import pytest
 
 from ctk import paths
+from ctk.cli.cluster import chaos_rate
 from ctk.errors import UserError
 from ctk.plan import process
 from ctk.sandbox import netns
 from ctk.targets import labagent, local
 from ctk.targets.base import power_state
-from ctk.cli.cluster import chaos_rate
 
 ELASTIC = os.path.join(paths.BLUEPRINTS, "elastic-lab.yaml")
 LAB = os.path.join(paths.BLUEPRINTS, "lab.yaml")

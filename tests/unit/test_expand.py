@@ -3,8 +3,8 @@
 import pytest
 
 from ctk.blueprint import BlueprintErrors
-from ctk.plan import process
 from ctk.blueprint.expression import Deferred, Interp, Literal, Ref, parse_string
+from ctk.plan import process
 
 HEAD = """\
 blueprint_name: demo

@@ -8,8 +8,8 @@ import pytest
 
 from conftest import FIXTURES
 from ctk.blueprint import BlueprintErrors
-from ctk.plan import process
 from ctk.cli import main
+from ctk.plan import process
 
 VARS = ["project_id=demo-project,deployment_name=demo"]
 A3MEGA = os.path.join(FIXTURES, "examples/machine-learning/a3-megagpu-8g/a3mega-slurm-blueprint.yaml")

@@ -14,12 +14,12 @@ import tarfile
 
 import pytest
 import yaml
+from test_golden import CASES
 
 from conftest import FIXTURES
 from ctk import paths
 from ctk.cli import main
 from ctk.modules import slurm_gcp
-from test_golden import CASES
 
 # tarfile's extraction filters came in Python 3.11.4 (Debian 12 has 3.11.2): where they exist,
 # the safe one; the archive is ctk's own either way.

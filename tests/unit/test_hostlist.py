@@ -8,7 +8,6 @@ from hypothesis import strategies as st
 
 from ctk.render.hostlist import MAX_EXPAND, compress, expand
 
-
 # ------------------------------------------------------------------------- compress
 
 

@@ -9,7 +9,14 @@ import subprocess
 import pytest
 
 from ctk.cli import main
-from ctk.connect.base import IDENTITY_FILE, Cluster, HereCluster, Result, parse_identity, registry_home
+from ctk.connect.base import (
+    IDENTITY_FILE,
+    Cluster,
+    HereCluster,
+    Result,
+    parse_identity,
+    registry_home,
+)
 from ctk.jobs import api, commands, registry
 
 ID = "0123456789abcdef0123456789abcdef"
@@ -22,7 +29,7 @@ def test_identity_from_ctks_file_slurm_conf_or_scontrol_and_hostile_names_refuse
     assert parse_identity("ClusterName                 = lab\nSlurmctldHost[0]            = lab-controller(10.1.2.3)\n"
                           ) == {"cluster": "lab", "controller": "lab-controller"}  # scontrol show config
     # what a cluster says becomes a folder name here: nothing that climbs out, or is not a name
-    for text in ('{"cluster": "../../x", "id": "%s"}' % ID, '{"cluster": "lab", "id": "../x"}', '{"cluster": 1}',
+    for text in (json.dumps({"cluster": "../../x", "id": ID}), '{"cluster": "lab", "id": "../x"}', '{"cluster": 1}',
                  "ClusterName=a/../b\nSlurmctldHost=x", "ClusterName=a\n", "{not json", ""):
         assert parse_identity(text) is None, text
     assert registry_home({"cluster": "lab", "id": ID}).endswith(f"/ctk/clusters/lab-{ID}")

@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
-from ctk.errors import UserError
 from ctk.cli import main
+from ctk.errors import UserError
 from ctk.jobs import commands, registry, scheduler
 from ctk.jobs.clusters import Cluster, LocalCluster, Result
 
@@ -338,6 +338,7 @@ def test_submit_passes_sbatch_options_and_prints_the_record_as_json(dep, monkeyp
 
 def test_ssh_cluster_names_and_host_key_policy(tmp_path, monkeypatch):
     import paramiko
+
     from ctk.jobs.clusters import SshCluster
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no ~/.ssh/config, no known_hosts

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from conftest import ROOT
 from ctk import paths
-from ctk.errors import UserError
 from ctk.cli import main
+from ctk.errors import UserError
 from ctk.jobs import templates
 from ctk.model import Deployment
 

@@ -3,7 +3,13 @@
 import pytest
 
 from ctk.blueprint import BlueprintErrors
-from ctk.modules.machines import accelerator_gpu, known_machine_types, known_series, lookup_machine, lookup_tpu
+from ctk.modules.machines import (
+    accelerator_gpu,
+    known_machine_types,
+    known_series,
+    lookup_machine,
+    lookup_tpu,
+)
 from ctk.plan import process
 
 

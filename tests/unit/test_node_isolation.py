@@ -108,10 +108,10 @@ def test_node_capabilities_leave_out_what_reaches_the_host():
 
 @pytest.mark.root  # confining capabilities
 def test_confine_drops_the_bounding_set_for_good():
-    code = ("import os, sys\nsys.path.insert(0, %r)\nfrom ctk.sandbox import caps\ncaps.confine(caps.NODE)\n"
+    code = (f"import os, sys\nsys.path.insert(0, {os.path.dirname(os.path.dirname(os.path.dirname(caps.__file__)))!r})\nfrom ctk.sandbox import caps\ncaps.confine(caps.NODE)\n"
             "print(sorted(caps.bounding_set()))\n"
             "try:\n    os.mknod('/tmp/ctk-never', 0o600 | 0o060000, os.makedev(8, 0))\n    print('mknod ok')\n"
-            "except PermissionError:\n    print('mknod refused')\n") % os.path.dirname(os.path.dirname(os.path.dirname(caps.__file__)))
+            "except PermissionError:\n    print('mknod refused')\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()

@@ -24,7 +24,6 @@ import pytest
 from conftest import FIXTURES
 from ctk.modules import cluster_toolkit as ct
 
-
 pytestmark = pytest.mark.ct_fixtures
 
 # Kinds whose every input ctk declares: the drift test checks their inputs both ways.

@@ -11,10 +11,10 @@ import pytest
 
 from ctk import paths
 from ctk.blueprint import BlueprintErrors
-from ctk.plan import process
 from ctk.cli import main
-from ctk.targets import ssh
 from ctk.model import Deployment
+from ctk.plan import process
+from ctk.targets import ssh
 
 HEAD = """\
 blueprint_name: ssh-unit

@@ -19,7 +19,14 @@ from ctk.errors import UserError
 from ctk.images.build import plan_layers
 from ctk.model import BASE_PYTHON, ImageSpec
 from ctk.plan import process
-from ctk.stacks import image_lock, load_stacks, lock_problems, lock_state, pip_target_args, read_lock
+from ctk.stacks import (
+    image_lock,
+    load_stacks,
+    lock_problems,
+    lock_state,
+    pip_target_args,
+    read_lock,
+)
 from ctk.stacks.catalog import normalize
 from ctk.stacks.commands import check_locks
 from ctk.stacks.lock import LOCK_PLATFORM, lock_path, parse_header, parse_versions
@@ -208,9 +215,9 @@ def test_a_transformer_engine_lock_that_lost_its_source_is_stale(catalog_copy):
 def test_the_default_images_stacks_fit_their_bases():
     """The model's default image, the local target's and the ssh target's fallback: each stack
     is locked for its base's Python (moving a default base means moving its stack too)."""
+    from ctk.model import Deployment, SshHost
     from ctk.targets.local import DEFAULT_IMAGE
     from ctk.targets.ssh import host_image
-    from ctk.model import Deployment, SshHost
 
     stacks = load_stacks()
     fallback = host_image(Deployment("d", "b", "c"), SshHost("h", "10.0.0.1", "compute"))

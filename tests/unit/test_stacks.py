@@ -9,8 +9,16 @@ import pytest
 
 from ctk.errors import UserError
 from ctk.model import BASE_PYTHON
-from ctk.stacks import (JAX_REQUIRES_PYTHON, LIBTPU_FOR_JAX, MIN_DRIVER, Stack, check_stack, get_stack,
-                        load_stacks, newest_for)
+from ctk.stacks import (
+    JAX_REQUIRES_PYTHON,
+    LIBTPU_FOR_JAX,
+    MIN_DRIVER,
+    Stack,
+    check_stack,
+    get_stack,
+    load_stacks,
+    newest_for,
+)
 from ctk.stacks.catalog import EXACT_VERSION_RE, normalize
 
 BASE_PINS = {"flax": "0.12.8", "optax": "0.2.8", "orbax-checkpoint": "0.12.8", "grain": "0.2.18",

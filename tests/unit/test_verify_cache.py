@@ -63,6 +63,7 @@ def test_an_unknown_installer_is_refused_before_the_store_is_touched(tmp_path):
     import os
     import subprocess
     import sys
+
     from ctk import paths
     state = tmp_path / "state"
     r = subprocess.run([sys.executable, "-m", "ctk", "image", "build", os.path.join(paths.BLUEPRINTS, "lab.yaml")],

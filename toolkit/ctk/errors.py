@@ -11,7 +11,7 @@ Both carry a message and an optional hint; `str(e)` is what the command line pri
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 # `ctk job submit --wait`: the job's own result, apart from ctk's failure (1) and refusal (2).

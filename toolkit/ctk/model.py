@@ -33,11 +33,13 @@ class Base:
     @property
     def slurm_release(self) -> str:
         """As Slurm spells it: "24.11", "22.05"."""
-        return "%d.%02d" % self.slurm
+        major, minor = self.slurm
+        return f"{major}.{minor:02d}"
 
     @property
     def python_release(self) -> str:
-        return "%d.%d" % self.python
+        major, minor = self.python
+        return f"{major}.{minor}"
 
 
 # Debian's are checked against its archive; Ubuntu's (slurm-wlm) and Rocky's (EPEL 9) are
@@ -267,11 +269,11 @@ class Deployment:
                 return ns
         raise KeyError(name)
 
-    def image_of(self, ns: Nodeset) -> "ImageSpec | None":
+    def image_of(self, ns: Nodeset) -> ImageSpec | None:
         """The image a nodeset's nodes boot: the one it names, else the deployment's only one."""
         return self.image_named(ns.image)
 
-    def image_named(self, name: str | None) -> "ImageSpec | None":
+    def image_named(self, name: str | None) -> ImageSpec | None:
         """The image of that name; for None (a node that names none), the deployment's only one."""
         if name:
             return next((img for img in self.images if img.name == name), None)
@@ -281,7 +283,7 @@ class Deployment:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Deployment":
+    def from_dict(cls, d: dict[str, Any]) -> Deployment:
         d = dict(d)
         # Fields an older ctk wrote and this one no longer has (an image's `cloud`) are dropped.
         known = {f.name for f in dataclasses.fields(ImageSpec)}

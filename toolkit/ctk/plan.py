@@ -10,17 +10,55 @@ import re
 from typing import Any, TypedDict, overload
 
 from .blueprint.errors import BlueprintError, Collector, did_you_mean
-from .blueprint.expand import Expanded, ExpandedModule, setting_pos as _setting_pos
+from .blueprint.expand import Expanded, ExpandedModule
+from .blueprint.expand import setting_pos as _setting_pos
 from .blueprint.expression import CannotEvaluate, Deferred, is_deferred
-from .model import (BASES, BASE_PYTHON, DEFAULT_BASE, LAB_IDS, NO_SPOT_HINT, SERVICE_IDS, Controller, Deployment,
-                    ImageSpec, LabSettings, Login, Nodeset, Partition, SharedFs, SshHost, Unsupported, base_python)
-from .modules import ctk_kinds, is_remote
-from .modules.ctk_kinds import CLOUD_PARAMETERS_KEYS, DWS_FLEX_KEYS, SERVICE_MANAGERS, SSH_HOST_KEYS, SSH_ROLES
-from .modules import slurm_gcp
-from .modules.machines import accelerator_gpu, known_machine_types, known_series, lookup_machine, lookup_tpu
+from .model import (
+    BASE_PYTHON,
+    BASES,
+    DEFAULT_BASE,
+    LAB_IDS,
+    NO_SPOT_HINT,
+    SERVICE_IDS,
+    Controller,
+    Deployment,
+    ImageSpec,
+    LabSettings,
+    Login,
+    Nodeset,
+    Partition,
+    SharedFs,
+    SshHost,
+    Unsupported,
+    base_python,
+)
+from .modules import ctk_kinds, is_remote, slurm_gcp
+from .modules.ctk_kinds import (
+    CLOUD_PARAMETERS_KEYS,
+    DWS_FLEX_KEYS,
+    SERVICE_MANAGERS,
+    SSH_HOST_KEYS,
+    SSH_ROLES,
+)
+from .modules.machines import (
+    accelerator_gpu,
+    known_machine_types,
+    known_series,
+    lookup_machine,
+    lookup_tpu,
+)
 from .stacks import Stack, load_stacks, newest_for, python_tuple
-from .stacks.drivers import (GPU_NEEDS, Driver, TE_MIN_CUDA, bases_with_dcgm, bases_with_driver, bases_with_toolkit,
-                             cuda_toolkit, has_dcgm, image_driver)
+from .stacks.drivers import (
+    GPU_NEEDS,
+    TE_MIN_CUDA,
+    Driver,
+    bases_with_dcgm,
+    bases_with_driver,
+    bases_with_toolkit,
+    cuda_toolkit,
+    has_dcgm,
+    image_driver,
+)
 from .stacks.lock import lock_command, lock_path, lock_state
 from .stacks.te import RELEASES as TE_RELEASES
 
@@ -344,7 +382,7 @@ def _stacks(exp: Expanded, dep: Deployment, c: Collector, stacks: dict[str, Stac
         if not (jax and py):
             continue
         why = f"no {acc} stack is for Python {py}, the Python of base {img.base}"
-        bases = _bases_for(lambda v: newest_for(stacks, acc, v) is not None)
+        bases = _bases_for(lambda v, acc=acc: newest_for(stacks, acc, v) is not None)
         if img.source == "ctk/image":
             where = em.module.path + (("settings", "base") if "base" in em.explicit else ("id",))
             c.add(why, doc.pos(where), f"use a base whose Python a {acc} stack is for ({bases}), "
@@ -890,8 +928,9 @@ def _ssh_target(exp: Expanded, dep: Deployment, c: Collector, doc) -> None:
     for i, h in enumerate(hosts):
         here = settings + ("hosts", i)
 
+        # called within this iteration only, and meant to see LABEL once the host's name is known
         def err(msg: str, key: str | None = None, hint: str = "") -> None:
-            c.add(f"ssh host {i + 1}{label}: {msg}", doc.pos(here + ((key,) if key else ())), hint)
+            c.add(f"ssh host {i + 1}{label}: {msg}", doc.pos(here + ((key,) if key else ())), hint)  # noqa: B023
 
         label = ""
         if not isinstance(h, dict):

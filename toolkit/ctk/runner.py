@@ -5,7 +5,7 @@ from __future__ import annotations
 import collections
 import os
 import subprocess
-from typing import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from .errors import Failure
 

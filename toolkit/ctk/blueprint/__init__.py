@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from .errors import BlueprintError, BlueprintErrors, Collector, Pos, UserError
 
@@ -21,7 +22,7 @@ def __getattr__(name: str):
 
 
 def process(path: str, cli_vars: list[str] | tuple = (), deployment_file: str | None = None,
-            then: "Callable[[Expanded, Collector], None] | None" = None) -> "Expanded":
+            then: Callable[[Expanded, Collector], None] | None = None) -> Expanded:
     """Load, expand and validate a blueprint; raise BlueprintErrors listing every problem.
     THEN, if given, runs on a valid blueprint before errors are raised, so that its errors
     (planning's, see ctk.plan.process) are reported with the others."""

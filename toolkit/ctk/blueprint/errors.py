@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from ..errors import UserError, did_you_mean  # noqa: F401 - re-exported: blueprint code names them here
 

@@ -13,8 +13,23 @@ from typing import Any
 from ..modules import lookup
 from ..modules.schema import ModuleKind
 from .errors import BlueprintError, Collector, did_you_mean
-from .expression import (CTK, PACKER, TERRAFORM, VARS, Deferred, Env, ExprError, Lazy, Ref, access, evaluate,
-                         has_lazy, parse_string, resolve, unparse)
+from .expression import (
+    CTK,
+    PACKER,
+    TERRAFORM,
+    VARS,
+    Deferred,
+    Env,
+    ExprError,
+    Lazy,
+    Ref,
+    access,
+    evaluate,
+    has_lazy,
+    parse_string,
+    resolve,
+    unparse,
+)
 from .load import Document
 from .structure import Blueprint, Module
 from .vars import VarSource

@@ -12,11 +12,18 @@ Parsing is pure; evaluation is done by the caller through an `Env` (see expand.p
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, NoReturn
+from typing import Any, NoReturn
 
 from .errors import did_you_mean
-from .functions import COMPUTED, GCLUSTER_FUNCTIONS, TERRAFORM_FUNCTIONS, CannotCompute, to_text
+from .functions import (
+    COMPUTED,
+    GCLUSTER_FUNCTIONS,
+    TERRAFORM_FUNCTIONS,
+    CannotCompute,
+    to_text,
+)
 
 _LITERAL = re.compile(r"^\(\((.*)\)\)$", re.S)
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")

@@ -20,7 +20,8 @@ from __future__ import annotations
 import base64
 import json
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 GCLUSTER_FUNCTIONS = ("merge", "flatten", "ghpc_stage")
 

@@ -137,7 +137,7 @@ def _above(lines: list[str], line: int) -> int | None:
     return None
 
 
-def _plain_syntax(e: "yaml.MarkedYAMLError", text: str) -> tuple[str, int, int, str]:
+def _plain_syntax(e: yaml.MarkedYAMLError, text: str) -> tuple[str, int, int, str]:
     """PyYAML's complaint in plain words, at the line and column (0-based) of the mistake
     rather than where the parser gave up (often the line after), and a hint."""
     problem, context = (e.problem or "invalid YAML").strip(), e.context or ""

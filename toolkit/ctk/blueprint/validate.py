@@ -3,9 +3,8 @@ inputs, names, and Cluster Toolkit's offline validators."""
 
 from __future__ import annotations
 
-import os
-
 import difflib
+import os
 
 from ..modules import ALL_KINDS, ct_checks, is_remote
 from .errors import BlueprintError, Collector, did_you_mean

@@ -10,7 +10,14 @@ from dataclasses import dataclass
 
 import yaml
 
-from .errors import BlueprintError, BlueprintErrors, Collector, Pos, UserError, did_you_mean
+from .errors import (
+    BlueprintError,
+    BlueprintErrors,
+    Collector,
+    Pos,
+    UserError,
+    did_you_mean,
+)
 from .load import Document, load_file
 
 VAR_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")

@@ -33,7 +33,7 @@ class BlueprintRef:
     deployment_file: str | None = None
 
     @classmethod
-    def of(cls, args) -> "BlueprintRef":
+    def of(cls, args) -> BlueprintRef:
         return cls(args.blueprint, tuple(args.vars), args.deployment_file)
 
     def process(self, warnings: bool = True):

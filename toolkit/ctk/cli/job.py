@@ -267,7 +267,8 @@ def list_(args) -> int:
 
 def efficiency(args) -> int:
     from ..jobs import commands as jobcli
-    from ..jobs.efficiency import efficiency as job_efficiency, report
+    from ..jobs.efficiency import efficiency as job_efficiency
+    from ..jobs.efficiency import report
 
     cluster = jobcli.cluster_of(_ref(args))
     try:

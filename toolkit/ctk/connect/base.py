@@ -34,8 +34,8 @@ import re
 import shlex
 import subprocess
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from ..errors import Failure, UserError
 
@@ -225,7 +225,7 @@ class HereCluster(Cluster):
     def __repr__(self) -> str:
         return f"HereCluster({self.conf!r})"
 
-    def check(self) -> "HereCluster":
+    def check(self) -> HereCluster:
         import shutil
 
         if not shutil.which("sbatch"):

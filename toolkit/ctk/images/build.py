@@ -16,8 +16,8 @@ import os
 import shutil
 import sys
 import tempfile
-import time
 import threading
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -27,9 +27,9 @@ from ..model import JAX_VENV, ImageSpec
 from ..progress import Progress
 from ..runner import CommandError, run
 from ..stacks import Lock, Stack, get_stack, image_lock, pip_target_args
-from ..stacks.lock import uv_bin
 from ..stacks import te as te_
 from ..stacks.drivers import cuda_toolkit
+from ..stacks.lock import uv_bin
 from ..stacks.rolevars import role_variables
 from . import buildnode, overlay, packer
 from .accounts import renumber
@@ -416,7 +416,7 @@ def _build_layer(store: Store, image: str, lp: LayerPlan, lower_keys: list[str],
             seed = ("beside", seed_tree)
             lowers = [seed_tree] + lowers
             progress.task(f"starting from the venv made beside the layers below ({seconds:.1f} s)")
-        except Exception as e:  # noqa: BLE001 (a failed head start only costs the time it would have saved)
+        except Exception as e:
             if wheels is not None and wheels.done() and wheels.exception() is not None:
                 wheels.result()  # the download failed: that is the build's error, not a note
             progress.say(f"note: the venv made beside the layers below failed ({str(e).splitlines()[0] if str(e) else e!r}); "

@@ -11,8 +11,8 @@ import json
 import os
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from ..ansible_out import recap_line
 from ..errors import Failure

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import os
 import time
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ..errors import UserError
 from . import registry, scheduler, templates
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 POLL_START, POLL_MAX = 0.2, 5.0
 
 
-def as_cluster(cluster: "Cluster | str | os.PathLike | None") -> Cluster:
+def as_cluster(cluster: Cluster | str | os.PathLike | None) -> Cluster:
     """A Cluster from a Cluster, a deployment folder, or None (this machine's own Slurm)."""
     if isinstance(cluster, Cluster):
         return cluster
@@ -40,13 +41,13 @@ def as_cluster(cluster: "Cluster | str | os.PathLike | None") -> Cluster:
 class Job:
     """A job submitted through ctk."""
 
-    def __init__(self, job_id: str, cluster: "Cluster | str", record: dict[str, Any] | None = None):
+    def __init__(self, job_id: str, cluster: Cluster | str, record: dict[str, Any] | None = None):
         self.id = str(job_id)
         self.cluster = as_cluster(cluster)
         self.record = record if record is not None else registry.get(self.cluster.registry_dir, self.id)
 
     @classmethod
-    def load(cls, job_id: str, cluster: "Cluster | str") -> "Job":
+    def load(cls, job_id: str, cluster: Cluster | str) -> Job:
         c = as_cluster(cluster)
         return cls(job_id, c, registry.get(c.registry_dir, str(job_id)))
 
@@ -158,9 +159,9 @@ class Job:
         scheduler.cancel(self.cluster, self.id)
 
 
-def submit(template: str, params: dict[str, Any], cluster: "Cluster | str | None", command: Sequence[str] = (),
+def submit(template: str, params: dict[str, Any], cluster: Cluster | str | None, command: Sequence[str] = (),
            nodeset: str | None = None, extra_args: Iterable[str] = (), deployment: str | None = None,
-           options: "JobOptions | None" = None, chdir: str | None = None) -> Job:
+           options: JobOptions | None = None, chdir: str | None = None) -> Job:
     """Render TEMPLATE with PARAMS and submit it to CLUSTER (a local deployment folder, a
     Cluster, or None for the cluster this machine's Slurm commands reach). The deployment's facts (accelerator, GPUs, network) come from CLUSTER when it is
     a local deployment, or from DEPLOYMENT (a deployment folder) when given. OPTIONS (--time,

@@ -10,8 +10,18 @@ from __future__ import annotations
 
 import os
 
-from ..connect.base import (JOBS_SUBDIR, NODE_HOME, NODE_JOBS_DIR, Cluster, HereCluster, Result, SlurmError,
-                            SshCluster, exit_of, parse_kv_line)
+from ..connect.base import (
+    JOBS_SUBDIR,
+    NODE_HOME,
+    NODE_JOBS_DIR,
+    Cluster,
+    HereCluster,
+    Result,
+    SlurmError,
+    SshCluster,
+    exit_of,
+    parse_kv_line,
+)
 from ..errors import UserError
 
 

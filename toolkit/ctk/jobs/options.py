@@ -29,7 +29,7 @@ class JobOptions:
     chdir: str | None = None
     sbatch: tuple[str, ...] = ()
 
-    def check(self) -> "JobOptions":
+    def check(self) -> JobOptions:
         """Self, or a UserError naming the flag."""
         if self.time is not None and not PATTERNS["time"][0].fullmatch(self.time):
             raise UserError(f"--time {clip(self.time)}: expected {PATTERNS['time'][1]}", hint="--time 02:00:00")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import posixpath
 import re
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from ..connect.base import Cluster, SlurmError, exit_of, parse_kv_line
 
@@ -118,7 +118,7 @@ def details(cluster: Cluster, job_ids: Sequence[str], known: dict[str, str] | No
     if r.returncode != 0:
         if "Invalid job id" not in r.stderr:  # that one means: every id asked about is gone
             raise SlurmError(f"squeue failed ({r.returncode}): {r.stderr.strip()}")
-        found = {j: (UNKNOWN, "") for j in ask}
+        found = dict.fromkeys(ask, (UNKNOWN, ""))
     else:
         found = parse_details(r.stdout, ask)
     gone = [j for j in ask if found[j][0] == UNKNOWN]

@@ -314,7 +314,7 @@ def _quoted(s: str, i: int) -> tuple[str, int]:
         if esc in _ESCAPES:
             parts.append(_ESCAPES[esc])
             i = j + 2
-        elif esc in _HEX and re.fullmatch(r"[0-9A-Fa-f]{%d}" % _HEX[esc], s[j + 2:j + 2 + _HEX[esc]]):
+        elif esc in _HEX and re.fullmatch(f"[0-9A-Fa-f]{{{_HEX[esc]}}}", s[j + 2:j + 2 + _HEX[esc]]):
             parts.append(chr(int(s[j + 2:j + 2 + _HEX[esc]], 16)))
             i = j + 2 + _HEX[esc]
         elif j + 1 >= n:
@@ -451,7 +451,7 @@ def _coerce(p: Param, value: Any, ctx: str, shown: bool = False) -> Any:
                 except _ListSyntax as e:
                     raise bad(f"{_LIST_HELP}: {e}") from None
             else:
-                value = [x for x in s.split(",")] if s else []
+                value = s.split(",") if s else []
         if not isinstance(value, (list, tuple)):
             raise bad(_LIST_HELP)
         v = []

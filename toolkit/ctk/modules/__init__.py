@@ -30,7 +30,7 @@ def _module_path(source: str) -> str:
         else:
             return ""
     s = s.rstrip("/")
-    while s.startswith("./") or s.startswith("../"):
+    while s.startswith(("./", "../")):
         s = s.split("/", 1)[1]
     return s
 

@@ -102,7 +102,7 @@ NODESET = ModuleKind(
     source="community/modules/compute/schedmd-slurm-gcp-v6-nodeset",
     role="nodeset",
     doc="A group of identical Slurm compute nodes (one NodeName/NodeSet).",
-    inputs=tuple([
+    inputs=(
         _req("name", "string", "Nodeset name, unique in the cluster; CT fills it from the module id."),
         _req("project_id", "string", "Project to create the nodes in."),
         _req("region", "string", "Region of the nodes."),
@@ -139,7 +139,7 @@ NODESET = ModuleKind(
         _in("confidential_instance_type", "string", None, "Confidential computing technology (SEV, TDX, ...)."),
         _in("machine_configs", "any", {},
             "Machine types and their node counts, for a nodeset of several machine types."),
-    ]),
+    ),
     outputs=_outs(("nodeset", "The nodeset definition, for a partition's nodeset input.")),
 )
 
@@ -264,7 +264,7 @@ CONTROLLER = ModuleKind(
     source="community/modules/scheduler/schedmd-slurm-gcp-v6-controller",
     role="controller",
     doc="The Slurm controller VM; it also creates the login nodes and holds the cluster config.",
-    inputs=tuple([
+    inputs=(
         _req("project_id", "string", "Project of the cluster."),
         _req("deployment_name", "string", "Deployment name."),
         _in("slurm_cluster_name", "string", None,
@@ -339,7 +339,7 @@ CONTROLLER = ModuleKind(
             "Where compute and login nodes mount munge.key from (server_ip null: the controller)."),
         _in("slurm_key_mount", "object", None,
             "Share that compute and login nodes mount slurm.key from (auth/slurm)."),
-    ]),
+    ),
     outputs=_outs(
         ("slurm_cluster_name", "Cluster name."),
         ("slurm_controller_instance", "The controller instance (template)."),
@@ -357,7 +357,7 @@ LOGIN = ModuleKind(
     source="community/modules/scheduler/schedmd-slurm-gcp-v6-login",
     role="login",
     doc="A group of Slurm login nodes; the controller creates them from this definition.",
-    inputs=tuple([
+    inputs=(
         _req("project_id", "string", "Project of the login nodes."),
         _in("region", "string", None, "Region of the login nodes."),
         _in("zone", "string", None, "Zone of the login nodes (null: any in the region)."),
@@ -370,7 +370,7 @@ LOGIN = ModuleKind(
         _in("enable_login_public_ips", "bool", False, "Give login nodes public IPs."),
         _dep("disable_login_public_ips", "bool", "Use enable_login_public_ips."),
         _dep("instance_template", "string", "Instance templates cannot be given for login nodes."),
-    ]),
+    ),
     outputs=_outs(("login_nodes", "The login group, for the controller's login_nodes input.")),
 )
 

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, overload
+from typing import Any, overload
 
 from . import cluster_toolkit as ct
 from .machines import lookup_machine
@@ -50,7 +51,7 @@ class Values:
     """A module's settings as a check reads them."""
 
     def __init__(self, module_id: str, settings: dict[str, Any], defaults: dict[str, Any],
-                 fed: Callable[[str], list["Values"]], open_inputs: bool = False):
+                 fed: Callable[[str], list[Values]], open_inputs: bool = False):
         self.module_id = module_id
         self._settings = settings  # deferred leaves already replaced by UNKNOWN
         self._defaults = defaults
@@ -107,7 +108,7 @@ class Values:
             raise Unknown(name)
         return v
 
-    def fed(self, name: str) -> list["Values"]:
+    def fed(self, name: str) -> list[Values]:
         """The modules that feed input NAME (through `use` or `$(id.output)`)."""
         return self._fed(name)
 

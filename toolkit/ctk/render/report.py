@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from .hostlist import compress
 from ..model import Deployment
+from .hostlist import compress
 
 
 def _table(headers: list[str], rows: list[list[str]]) -> str:

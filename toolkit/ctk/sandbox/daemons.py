@@ -13,13 +13,13 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
 
 from . import DaemonError
-from .proc import terminate
 from .net import free_port as free_tcp_port
+from .proc import terminate
 
 __all__ = [
     "DaemonError",
@@ -76,7 +76,7 @@ class Proc:
                 pass
         return self.popen.returncode
 
-    def __enter__(self) -> "Proc":
+    def __enter__(self) -> Proc:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -16,9 +16,9 @@ import sys
 from dataclasses import asdict, dataclass, field
 
 from ..waiting import TimedOut, poll
+from . import DaemonError
 from .caps import NODE as NODE_CAPS
 from .proc import ctk_env, running_pid, terminate
-from . import DaemonError
 
 
 @dataclass
@@ -50,7 +50,7 @@ class NodeSpec:
     caps: list[str] = field(default_factory=lambda: list(NODE_CAPS))  # what the node's root keeps
 
     @classmethod
-    def from_dict(cls, d: dict) -> "NodeSpec":
+    def from_dict(cls, d: dict) -> NodeSpec:
         """The spec asdict() made (a lab's agent boots nodes from their recorded specs)."""
         return cls(**{**d, "services": [Service(**x) for x in d.get("services", [])]})
 

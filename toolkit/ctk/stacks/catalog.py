@@ -17,7 +17,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ctk import paths
-from ctk.blueprint.errors import BlueprintError, BlueprintErrors, Collector, Pos, UserError, did_you_mean
+from ctk.blueprint.errors import (
+    BlueprintError,
+    BlueprintErrors,
+    Collector,
+    Pos,
+    UserError,
+    did_you_mean,
+)
 from ctk.blueprint.load import Document, load_file
 
 DEFAULT_PATH = Path(paths.IMAGES) / "stacks.yaml"

@@ -17,13 +17,15 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 
 import yaml
 
 from .. import paths
 from ..model import BASES
-from .catalog import python_tuple  # "550.163.01" -> (550, 163, 1), as for Python versions
+from .catalog import (
+    python_tuple,  # "550.163.01" -> (550, 163, 1), as for Python versions
+)
 
 # Ansible's names (ansible_facts['distribution']) for the distributions of ctk's bases.
 ANSIBLE_DISTRIBUTION = {"debian": "Debian", "ubuntu": "Ubuntu", "rocky": "Rocky"}
@@ -73,7 +75,7 @@ def _vars_files(base: str) -> list[str]:
     return [f"{dist}-{b.release.split('.')[0]}.yml", f"{dist}.yml", f"{ANSIBLE_FAMILY.get(b.distribution, dist)}.yml"]
 
 
-@lru_cache(maxsize=None)
+@cache
 def _role_vars(ansible_dir: str, role: str, base: str) -> dict:
     for name in _vars_files(base):
         path = os.path.join(ansible_dir, "roles", role, "vars", name)

@@ -14,9 +14,9 @@ import os
 import re
 import tempfile
 import textwrap
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from ctk import atomic
 from ctk.errors import Failure, UserError

@@ -8,7 +8,6 @@ from . import te as te_
 from .catalog import Stack
 from .lock import Lock, image_lock, jax_role_vars
 
-
 SLURM_UID = SERVICE_IDS.start + 1  # images.accounts.FIXED['slurm']
 
 

@@ -16,8 +16,16 @@ from typing import TYPE_CHECKING
 
 from ..errors import UserError, did_you_mean
 from ..progress import Progress
-from .base import (IDENTITY_HINT, DeployOutcome, NodeStatus, PartitionStatus, Status, Target, deployment_lock,
-                   target_of_folder)
+from .base import (
+    IDENTITY_HINT,
+    DeployOutcome,
+    NodeStatus,
+    PartitionStatus,
+    Status,
+    Target,
+    deployment_lock,
+    target_of_folder,
+)
 
 if TYPE_CHECKING:
     from ..blueprint.expand import Expanded
@@ -94,7 +102,7 @@ def held(deployment_dir: str) -> dict | None:
             "running": True}
 
 
-def deploy(exp: "Expanded", deployment_dir: str, *, max_nodes: int | None, progress: Progress,
+def deploy(exp: Expanded, deployment_dir: str, *, max_nodes: int | None, progress: Progress,
            overwrite: bool = False) -> DeployOutcome:
     """Write the deployment folder's files and deploy it on its blueprint's target, holding the
     folder's lock. A folder that holds another cluster (another name, or another target) is

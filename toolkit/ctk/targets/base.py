@@ -12,9 +12,10 @@ import dataclasses
 import json
 import os
 import shlex
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING
 
 from ..errors import UserError
 from ..locks import Busy, lock_file
@@ -189,12 +190,12 @@ class Target:
 
     name = ""
 
-    def folder_layout(self, dep: "Deployment") -> "NodeLayout | None":
+    def folder_layout(self, dep: Deployment) -> NodeLayout | None:
         """Where the daemons listen, for the slurm.conf written into the deployment folder;
         None: the generic layout (pure)."""
         return None
 
-    def deploy(self, exp: "Expanded", dep: "Deployment", deployment_dir: str, *, max_nodes: int | None,
+    def deploy(self, exp: Expanded, dep: Deployment, deployment_dir: str, *, max_nodes: int | None,
                progress: Progress) -> DeployOutcome:
         raise NotImplementedError
 
@@ -214,7 +215,7 @@ class Target:
         or its data kept after a destroy), or None."""
         return None
 
-    def replace(self, deployment_dir: str, old: dict, dep: "Deployment", progress: Progress) -> list[str]:
+    def replace(self, deployment_dir: str, old: dict, dep: Deployment, progress: Progress) -> list[str]:
         """Make room for DEP where OLD (what held() said) is, keeping users' data; what was done."""
         return [self.destroy(deployment_dir, progress)] if old.get("running") else []
 
@@ -226,7 +227,7 @@ class Target:
         runs them itself)."""
         raise NotImplementedError
 
-    def job_cluster(self, deployment_dir: str) -> "Cluster":
+    def job_cluster(self, deployment_dir: str) -> Cluster:
         """Where `ctk job --deployment DIR` sends its Slurm commands."""
         raise NotImplementedError
 

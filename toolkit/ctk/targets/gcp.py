@@ -9,11 +9,11 @@ login node over SSH (`ctk job --host`), as for any cluster ctk did not boot itse
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import shutil
 import subprocess
-import json
 
 from ..errors import Failure, UserError
 from ..model import Deployment

@@ -13,14 +13,24 @@ import json
 import os
 import stat
 import subprocess
+from collections.abc import Sequence
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
-from ..connect.base import (JOBS_SUBDIR, NODE_HOME, HereCluster, Result, SlurmError, exit_of, parse_identity,
-                            parse_kv_line, script_name)
+from ..connect.base import (
+    JOBS_SUBDIR,
+    NODE_HOME,
+    HereCluster,
+    Result,
+    SlurmError,
+    exit_of,
+    parse_identity,
+    parse_kv_line,
+    script_name,
+)
 from ..errors import UserError
-from ..sandbox import node as nodes
 from ..sandbox import DaemonError
+from ..sandbox import node as nodes
 
 if TYPE_CHECKING:
     from .local import LabNode
@@ -120,7 +130,7 @@ class LabCluster(HereCluster):
             ident = None
         return ident if ident and ident.get("id") else super().identity()  # asked in the lab
 
-    def check(self) -> "LabCluster":
+    def check(self) -> LabCluster:
         if load_state(self.dir) is None:
             raise UserError(f"--deployment {self.dir}: not deployed on the local target",
                             hint=f"ctk deploy BLUEPRINT -o {self.dir}")

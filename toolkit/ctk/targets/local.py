@@ -45,7 +45,14 @@ from typing import TYPE_CHECKING
 from .. import atomic
 from ..connect.base import IDENTITY_FILE, next_identity, parse_identity, registry_home
 from ..errors import UserError, did_you_mean
-from ..model import DEFAULT_BASE, HEALTH_CHECK, JAX_TASK_PROLOG, NO_SPOT_HINT, Deployment, ImageSpec
+from ..model import (
+    DEFAULT_BASE,
+    HEALTH_CHECK,
+    JAX_TASK_PROLOG,
+    NO_SPOT_HINT,
+    Deployment,
+    ImageSpec,
+)
 from ..progress import Progress
 from ..render.hostlist import compress
 from ..sandbox import netns, secretfiles
@@ -53,10 +60,28 @@ from ..sandbox import node as nodes
 from ..sandbox.daemons import DaemonError, ensure_munge_key, ensure_secret, stop_munged
 from ..sandbox.proc import ctk_env, terminate
 from . import leases
+from .base import (
+    IDENTITY_HINT,
+    SINFO_PARTITIONS,
+    DeployOutcome,
+    NodeStatus,
+    Status,
+    Target,
+    parse_node_states,
+    parse_partitions,
+    power_state,
+    wait_ready,
+)
 from .labagent import MEMORY_RESERVE_MB, NODE_MB, available_mb
-from .labclient import USER_ENV, LabCluster, client_node, job_cluster, lab_dir, load_state, slurm
-from .base import (IDENTITY_HINT, SINFO_PARTITIONS, DeployOutcome, NodeStatus, Status, Target, parse_node_states,
-                   parse_partitions, power_state, wait_ready)
+from .labclient import (
+    USER_ENV,
+    LabCluster,
+    client_node,
+    job_cluster,
+    lab_dir,
+    load_state,
+    slurm,
+)
 
 if TYPE_CHECKING:  # the builders are imported where they are used: `ctk job` needs none of them
     from ..images.store import Store
@@ -306,7 +331,11 @@ exit 0
 
 def lab_files(plan: LabPlan, ldir: str) -> dict[str, str]:
     """Every generated file of the lab, by path relative to lab/ (pure)."""
-    from ..render.slurmconf import render_cgroup_conf, render_gres_conf, render_slurm_conf
+    from ..render.slurmconf import (
+        render_cgroup_conf,
+        render_gres_conf,
+        render_slurm_conf,
+    )
 
     lay = layout(plan)
     hosts = "127.0.0.1 localhost\n" + "".join(f"{x.addr} {x.name}\n" for x in plan.nodes)

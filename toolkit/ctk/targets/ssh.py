@@ -43,14 +43,31 @@ from ..connect.base import IDENTITY_FILE, next_identity, parse_identity
 from ..errors import UserError, did_you_mean
 from ..model import HEALTH_CHECK, Deployment, ImageSpec, SshHost
 from ..progress import Progress
-from ..render.slurmconf import (PROD_LOG_DIR, PROD_PID_DIR, PROD_SLURMCTLD_PORT, PROD_SLURMD_PORT,
-                                PROD_SPOOL_DIR, PROD_STATE_DIR, NodeLayout, render_cgroup_conf,
-                                render_gres_conf, render_slurm_conf)
+from ..render.slurmconf import (
+    PROD_LOG_DIR,
+    PROD_PID_DIR,
+    PROD_SLURMCTLD_PORT,
+    PROD_SLURMD_PORT,
+    PROD_SPOOL_DIR,
+    PROD_STATE_DIR,
+    NodeLayout,
+    render_cgroup_conf,
+    render_gres_conf,
+    render_slurm_conf,
+)
 from ..runner import CommandError, run
 from ..sandbox.daemons import DaemonError, ensure_munge_key, ensure_munged, stop_munged
 from ..stacks import current_lock, get_stack, jax_role_vars
-from .base import (SINFO_PARTITIONS, DeployOutcome, NodeStatus, Status, Target, parse_node_states,
-                   parse_partitions, wait_ready)
+from .base import (
+    SINFO_PARTITIONS,
+    DeployOutcome,
+    NodeStatus,
+    Status,
+    Target,
+    parse_node_states,
+    parse_partitions,
+    wait_ready,
+)
 
 DEFAULT_ROLES = ["common", "munge", "slurm", "jax"]
 PIP_CA_IN_HOST = "/run/ctk/pip-ca-bundle.crt"  # where site.yml puts ctk_pip_ca_bundle
@@ -163,7 +180,9 @@ def stop_inventory(hosts: list[SshHost], sdir: str) -> dict:
 
 def inventory(dep: Deployment, sdir: str) -> dict:
     """The Ansible inventory (YAML; written as JSON): key files by path only."""
-    from ..images.build import host_ca_bundle  # the image builder: only a deploy needs it
+    from ..images.build import (
+        host_ca_bundle,  # the image builder: only a deploy needs it
+    )
 
     bundle = host_ca_bundle()
     all_vars = {

@@ -55,7 +55,7 @@ def test_a_cuda_stack_imports_jax_with_its_cuda_plugin(host, image, roles):
     acc = image["stack"].get("accelerator", "")
     if "jax" not in roles or not acc.startswith("cuda"):
         pytest.skip("image has no CUDA stack")
-    r = host.run("/opt/ctk/jax/bin/python -c %s" % shlex.quote(CUDA_CHECK % {"major": acc[len("cuda"):]}))
+    r = host.run("/opt/ctk/jax/bin/python -c {}".format(shlex.quote(CUDA_CHECK % {"major": acc[len("cuda"):]})))
     assert r.rc == 0, r.stderr
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["plugin"] == out["pjrt"] == image["stack"]["pins"]["jax"], out

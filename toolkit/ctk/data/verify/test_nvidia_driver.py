@@ -42,7 +42,7 @@ def test_the_record_is_the_pinned_driver(record, base):
 def test_the_module_is_built_for_each_kernel_of_the_image(host, record, kernels):
     assert sorted(record["kernels"]) == sorted(kernels)
     for k, ko in zip(record["kernels"], record["modules"]):
-        assert ko.startswith(f"/lib/modules/{k}/") or ko.startswith(f"/usr/lib/modules/{k}/"), ko
+        assert ko.startswith((f"/lib/modules/{k}/", f"/usr/lib/modules/{k}/")), ko
         assert host.file(ko).exists
         assert host.check_output(f"modinfo -F vermagic {ko}").split()[0] == k
         assert host.check_output(f"modinfo -F version {ko}") == record["version"]

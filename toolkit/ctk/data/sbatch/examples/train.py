@@ -20,7 +20,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import orbax.checkpoint as ocp
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 IN_DIM, HIDDEN = 16, 32
 _TEACHER = np.random.default_rng(20240601)  # the fixed function the MLP learns
