@@ -10,6 +10,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from .target_registry import Traits, traits
+
 # The Python each base OS ships as /usr/bin/python3: the interpreter an image's JAX venv is made
 # from, so the one its stack must be locked for. The one table of it; stacks, planning and image
 # builds read it here.
@@ -262,6 +264,12 @@ class Deployment:
     gcp: dict[str, Any] = field(default_factory=dict)
     # target "local": the ctk/target/local module's settings (the lab's chaos, notice, flex delay)
     lab: LabSettings = field(default_factory=lambda: LabSettings())
+
+    @property
+    def traits(self) -> Traits:
+        """What its target does with it (ctk.target_registry): what every layer asks, never
+        the target's name."""
+        return traits(self.target)
 
     def nodeset(self, name: str) -> Nodeset:
         for ns in self.nodesets:

@@ -336,7 +336,7 @@ def _accelerator(img: ImageSpec, exp: Expanded, dep: Deployment) -> str:
     """The accelerator of the stack ctk picks for an image that names none: CPU for ctk's own
     images; CUDA 12 for a Cluster Toolkit image built on or for GPU machines."""
     if img.source == "ctk/image":
-        if dep.target == "gcp":  # slurm-gcp's images carry the driver: GPU nodes make it a GPU image
+        if dep.traits.boots_slurm_gcp_images:  # they carry the driver: GPU nodes make it a GPU image
             return "cuda12" if any(dep.image_of(ns) is img and ns.gpu_count for ns in dep.nodesets) else "cpu"
         return "cuda12" if "nvidia_driver" in img.roles else "cpu"
     em = _module(exp, img.module_id)
@@ -407,8 +407,8 @@ def _accelerator_rules(exp: Expanded, dep: Deployment, c: Collector, stacks: dic
             continue
         em = _module(exp, img.module_id)
         stack = stacks.get(img.stack)
-        # The driver the image gets: slurm-gcp's image's on the gcp target, else the nvidia_driver role's.
-        fam = slurm_gcp.family_for(img.base) if dep.target == "gcp" else None
+        # The driver the image gets: slurm-gcp's image's where nodes boot those, else the nvidia_driver role's.
+        fam = slurm_gcp.family_for(img.base) if dep.traits.boots_slurm_gcp_images else None
         if fam is not None:
             driver = Driver(fam.driver, fam.driver.split(".")[0], None, "", f"{fam.family} (slurm-gcp's image)")
             others = [f.family for f in slurm_gcp.FAMILIES.values()
@@ -743,7 +743,7 @@ def _local_target(exp: Expanded, dep: Deployment, c: Collector, doc) -> None:
                   "this blueprint is Spot or preemptible: there would be nothing to preempt",
                   _setting_pos(exp, em, "chaos_interval"), NO_SPOT_HINT + ", or remove chaos_interval")
         dep.lab = lab
-    if dep.target == "local":
+    if dep.traits.rehearses_cloud:
         _resume_waits(exp, dep, em, c)
 
 

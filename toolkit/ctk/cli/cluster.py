@@ -136,7 +136,7 @@ def deploy(args) -> int:
         raise UserError(f"--max-nodes {args.max_nodes}: must be at least 1")
     exp = BlueprintRef.of(args).process()
     if args.chaos is not None or args.chaos_seed is not None:
-        if exp.deployment.target != "local":
+        if not exp.deployment.traits.rehearses_cloud:
             raise UserError(f"--chaos: the blueprint's target is {exp.deployment.target}; preemptions are "
                             "rehearsed on the local target only")
         if args.chaos and not any(ns.spot for ns in exp.deployment.nodesets):
@@ -155,13 +155,10 @@ def deploy(args) -> int:
 def preempt(args) -> int:
     from .. import targets
 
-    if targets.of_folder(args.dir).name != "local":
-        raise UserError(f"ctk preempt: {args.dir} is not a lab; preemptions are rehearsed on the local target")
+    target = targets.of_folder(args.dir)
     if args.notice is not None and args.notice < 0:
         raise UserError(f"--notice {args.notice:g}: must be 0 or more")
-    from ..targets.local import preempt_local
-
-    rows = preempt_local(args.dir, args.nodes, notice=args.notice, wait=args.wait)
+    rows = target.preempt(args.dir, args.nodes, notice=args.notice, wait=args.wait)
     if args.json:
         sys.stdout.write(json.dumps(rows, indent=2) + "\n")
     else:

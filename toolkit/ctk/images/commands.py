@@ -20,8 +20,8 @@ def select(dep: Deployment, only: str | None) -> list[ImageSpec]:
     images = dep.images
     if not images:
         raise UserError("the blueprint declares no image (a ctk/image or modules/packer/custom-image module)")
-    if dep.target == "gcp":
-        raise UserError("the gcp target's images are built on Google Cloud, on slurm-gcp's images: "
+    if not dep.traits.builds_images_here:
+        raise UserError(f"the {dep.target} target's images are built on Google Cloud, on slurm-gcp's images: "
                         "gcluster runs their Packer builds",
                         hint="ctk create BP writes DIR/gcp/blueprint.yaml; then gcluster deploy DIR/gcp/blueprint.yaml")
     if only:

@@ -65,7 +65,7 @@ def gcp_roles(img: ImageSpec) -> list[str]:
 def hands_off(exp: Expanded, dep: Deployment) -> bool:
     """Whether the deployment folder gets gcp/: a gcp target, or a Cluster Toolkit blueprint
     with a Slurm controller that builds its own images."""
-    if dep.target == "gcp":
+    if dep.traits.hands_off_to_gcluster:
         return True
     has = {em.module.source for em in exp.modules}
     return CT_CONTROLLER in has and any(img.source == CT_IMAGE for img in dep.images)
@@ -77,7 +77,7 @@ def gcp_files(exp: Expanded, dep: Deployment) -> dict[str, str | bytes]:
     if not hands_off(exp, dep):
         return {}
     images = [img for img in dep.images if img.source == "ctk/image" or img.source == CT_IMAGE]
-    if dep.target == "gcp":
+    if dep.traits.hands_off_to_gcluster:
         bp = native_blueprint(exp, dep)
     else:
         bp = _kept(exp, dep)

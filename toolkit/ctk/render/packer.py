@@ -39,7 +39,7 @@ def image_folders(exp: Expanded, dep: Deployment, tarball: bytes | None = None) 
     """gcp/packer/IMAGE/ per image of the gcp target, and gcp/cluster-only.yaml; {} for other
     targets (Cluster Toolkit's own image builds stay in its blueprint). TARBALL: the roles
     tarball render.gcluster made for the same deployment (made here if not given)."""
-    if dep.target != "gcp":
+    if not dep.traits.hands_off_to_gcluster:
         return {}
     images = [img for img in dep.images if img.source == "ctk/image"]
     ivars = {img.name: image_vars(img) for img in images}

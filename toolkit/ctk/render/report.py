@@ -29,8 +29,9 @@ def capacity(ns) -> str:
 
 
 def show(dep: Deployment, target: str = "local", lab: bool = False) -> str:
-    """The tables; LAB: the blueprint has a ctk/target/local module, whose settings are listed
-    on the local target."""
+    """The tables, as deployed on TARGET (the blueprint's, or another `ctk show --target` names);
+    LAB: the blueprint has a ctk/target/local module, whose settings are listed where its
+    target rehearses a cloud."""
     out = [f"deployment {dep.deployment_name}  (blueprint {dep.blueprint_name}, "
            f"Slurm cluster {dep.slurm_cluster_name})", ""]
     if dep.images:
@@ -60,7 +61,7 @@ def show(dep: Deployment, target: str = "local", lab: bool = False) -> str:
         out += [f"Login: {compress(lg.node_names())} ({lg.machine_type})"]
     for fs in dep.shared_fs:
         out += [f"Shared filesystem: {fs.local_mount} ({fs.fs_type}, module {fs.module_id})"]
-    if lab and dep.target == "local" and target == "local":
+    if lab and target == dep.target and dep.traits.rehearses_cloud:
         lb = dep.lab
         chaos = (f"a Spot preemption every {lb.chaos_interval:g} s on average"
                  + (f" (seed {lb.chaos_seed})" if lb.chaos_seed is not None else "")) if lb.chaos_interval else "none"
@@ -70,7 +71,7 @@ def show(dep: Deployment, target: str = "local", lab: bool = False) -> str:
         rows = [[h.name, h.role, h.nodeset or "-", f"{h.user}@{h.host}:{h.port}", h.service_manager]
                 for h in dep.ssh_hosts]
         out += ["", "Hosts (target ssh)", _table(["NAME", "ROLE", "NODESET", "SSH", "SERVICES"], rows)]
-    if dep.target == "gcp" and target == "gcp":
+    if target == dep.target and dep.traits.hands_off_to_gcluster:
         # What the hand-off to Cluster Toolkit (render.gcluster) leaves out of its blueprint.
         rows = [[u.module_id, u.source, "not translated into the gcp/ blueprint"] for u in dep.unsupported]
         rows += [[fs.module_id, fs.source or "-", "not carried: the controller's default NFS /home serves"]

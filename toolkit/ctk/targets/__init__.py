@@ -4,8 +4,9 @@
     ssh     existing machines, configured over SSH by the same Ansible roles (targets.ssh)
     gcp     Google Cloud: Cluster Toolkit's gcluster deploys the blueprint ctk writes (targets.gcp)
 
-A target is found by name through REGISTRY (the blueprint's target, or the one a deployment
-folder records); a new target is a module with a Target subclass and one line here.
+A target is found by name (the blueprint's target, or the one a deployment folder records) in
+ctk.target_registry, which also says what it can do; a new target is a module with a Target
+subclass and an entry there.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import UserError, did_you_mean
 from ..progress import Progress
+from ..target_registry import TARGETS
 from .base import (
     IDENTITY_HINT,
     DeployOutcome,
@@ -30,18 +32,8 @@ from .base import (
 if TYPE_CHECKING:
     from ..blueprint.expand import Expanded
 
-# name -> "module:class", imported on first use.
-REGISTRY = {
-    "local": "ctk.targets.local:LocalTarget",
-    "ssh": "ctk.targets.ssh:SshTarget",
-    "gcp": "ctk.targets.gcp:GcpTarget",
-}
-# The job cluster a deployment of a target hands to `ctk job`, where it lives apart from the
-# target's builders, so that a submit imports only it; other targets hand theirs through
-# Target.job_cluster.
-JOB_CLUSTERS = {
-    "local": "ctk.targets.labclient:job_cluster",
-}
+# name -> its entry (the Target subclass, imported on first use; its traits)
+REGISTRY = TARGETS
 
 _loaded: dict[str, Target] = {}
 
@@ -50,20 +42,20 @@ def get(name: str) -> Target:
     """The target called NAME."""
     if name in _loaded:
         return _loaded[name]
-    spec = REGISTRY.get(name)
-    if spec is None:
+    entry = REGISTRY.get(name)
+    if entry is None:
         raise UserError(f"unknown target {name!r}", hint=did_you_mean(name, REGISTRY) or f"targets: {', '.join(REGISTRY)}")
-    module, cls = spec.split(":")
+    module, cls = entry.impl.split(":")
     _loaded[name] = getattr(importlib.import_module(module), cls)()
     return _loaded[name]
 
 
 def job_cluster(name: str, deployment_dir: str):
     """The cluster `ctk job --deployment DIR` submits to, for a deployment of target NAME."""
-    spec = JOB_CLUSTERS.get(name)
-    if spec is None:
+    entry = REGISTRY.get(name)
+    if entry is None or entry.job_cluster is None:
         return get(name).job_cluster(deployment_dir)
-    module, fn = spec.split(":")
+    module, fn = entry.job_cluster.split(":")
     return getattr(importlib.import_module(module), fn)(deployment_dir)
 
 

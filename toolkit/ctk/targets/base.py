@@ -2,8 +2,9 @@
 
 A target takes a planned Deployment somewhere: `local` boots it on this machine, `ssh`
 configures existing machines. Each one is a `Target` (deploy, status, destroy, exec, env and
-the job cluster a deployment hands to `ctk job`), looked up by name in ctk.targets; nothing
-else tests a target's name.
+the job cluster a deployment hands to `ctk job`, preempt), looked up by name in
+ctk.target_registry, whose traits say what the layers below the targets may ask; nothing tests
+a target's name (tests/unit/test_target_registry.py says so).
 """
 
 from __future__ import annotations
@@ -230,6 +231,13 @@ class Target:
     def job_cluster(self, deployment_dir: str) -> Cluster:
         """Where `ctk job --deployment DIR` sends its Slurm commands."""
         raise NotImplementedError
+
+    def preempt(self, deployment_dir: str, names: list[str], notice: float | None = None,
+                wait: bool = False) -> list[dict]:
+        """Preempt Spot nodes as the cloud would (a target that rehearses one); a row per node:
+        {node, state, detail}."""
+        raise UserError(f"ctk preempt: {deployment_dir} is a deployment of the {self.name} target; "
+                        "preemptions are rehearsed on a lab (the local target)")
 
 
 # ---- shared parts ------------------------------------------------------------------------

@@ -43,8 +43,8 @@ def artifacts(exp: Expanded, dep: Deployment) -> dict[str, str | bytes]:
     tarball = gcp.get(TARBALL_PATH)
     assert not isinstance(tarball, str)  # gcp_files makes the roles tarball as bytes
     files.update(image_folders(exp, dep, tarball))
-    # On Google Cloud slurm-gcp writes slurm.conf itself: the gcp target gets none of ctk's.
-    if dep.controller is not None and dep.target != "gcp":
+    # Where the cluster's own tooling writes slurm.conf (slurm-gcp on Google Cloud), ctk writes none.
+    if dep.controller is not None and dep.traits.writes_slurm_conf:
         if dep.controller.module_id:
             em = exp.module(dep.controller.module_id)
             assert em is not None  # planning took the controller from that module of EXP

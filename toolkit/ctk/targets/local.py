@@ -1332,6 +1332,10 @@ class LocalTarget(Target):
             return None
         return {**ident, "running": load_state(deployment_dir) is not None}
 
+    def preempt(self, deployment_dir: str, names: list[str], notice: float | None = None,
+                wait: bool = False) -> list[dict]:
+        return preempt_local(deployment_dir, names, notice=notice, wait=wait)
+
     def replace(self, deployment_dir: str, old: dict, dep: Deployment, progress: Progress) -> list[str]:
         lines = []
         if old.get("running"):

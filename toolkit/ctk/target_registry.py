@@ -1,0 +1,59 @@
+"""The targets ctk knows, and what each can do: the one table a new target is added to.
+
+A target's code lives in its own module (its `Target` subclass, named by IMPL); what the layers
+below the targets ask of a deployment's target (planning, rendering, the image commands) are
+its traits here, never its name. Pure data, imported by every layer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Traits:
+    """What a target does with a deployment, as the layers below the targets need to know it."""
+
+    # `ctk image build` makes the blueprint's images on this machine; False: they are built
+    # where the cluster goes, by the tool the deployment is handed to.
+    builds_images_here: bool
+    # The cluster is a lab on this machine: it rehearses a cloud (Spot preemptions, flex-start,
+    # dynamic nodes powered up on demand), so the lab's settings and `--chaos` apply.
+    rehearses_cloud: bool
+    # The deployment is handed to Cluster Toolkit's gcluster, which deploys it on Google Cloud:
+    # the folder gets gcp/ (a blueprint of Cluster Toolkit's own modules and Packer folders).
+    hands_off_to_gcluster: bool
+    # Nodes boot slurm-gcp's images with ctk's roles on top: their NVIDIA driver is the image
+    # family's, and a GPU nodeset makes its image a GPU image.
+    boots_slurm_gcp_images: bool
+    # ctk writes the cluster's slurm.conf (cgroup.conf, gres.conf) into the deployment folder;
+    # False where the cluster's own tooling writes them (slurm-gcp on Google Cloud).
+    writes_slurm_conf: bool
+
+
+@dataclass(frozen=True)
+class Entry:
+    impl: str  # "module:class" of its Target subclass, imported on first use
+    traits: Traits
+    # "module:function" giving the cluster `ctk job` submits to, where it lives apart from the
+    # target's builders (so that a submit imports only it); None: Target.job_cluster.
+    job_cluster: str | None = None
+
+
+TARGETS: dict[str, Entry] = {
+    "local": Entry("ctk.targets.local:LocalTarget",
+                   Traits(builds_images_here=True, rehearses_cloud=True, hands_off_to_gcluster=False,
+                          boots_slurm_gcp_images=False, writes_slurm_conf=True),
+                   job_cluster="ctk.targets.labclient:job_cluster"),
+    "ssh": Entry("ctk.targets.ssh:SshTarget",
+                 Traits(builds_images_here=True, rehearses_cloud=False, hands_off_to_gcluster=False,
+                        boots_slurm_gcp_images=False, writes_slurm_conf=True)),
+    "gcp": Entry("ctk.targets.gcp:GcpTarget",
+                 Traits(builds_images_here=False, rehearses_cloud=False, hands_off_to_gcluster=True,
+                        boots_slurm_gcp_images=True, writes_slurm_conf=False)),
+}
+
+
+def traits(target: str) -> Traits:
+    """The traits of the target called TARGET (a name the model took from the blueprint)."""
+    return TARGETS[target].traits
