@@ -269,6 +269,8 @@ def _background_results(bg: Background, logs: str, blueprints) -> dict:
 
 
 def pytest_collection_finish(session):
+    if session.config.option.collectonly:
+        return  # nothing runs: no background work either
     shared = run_dir(session.config)
     if any(item.name == SOAK_TEST for item in session.items):  # selected (not -k'd away)
         _soak.update(wanted=True, seconds=session.config.getoption("soak_seconds"),

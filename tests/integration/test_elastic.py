@@ -16,14 +16,14 @@ from ctk.targets.labagent import read_events
 from ctk.targets.local import status_local
 
 from .conftest import user_home
-from .test_jobs import (
+from .labtools import (
     check_resumed,
+    deploy,
     final_line,
     submit_preemptible,
     train_cmd,
     wait_for_step,
 )
-from .test_local_target import deploy
 
 pytestmark = pytest.mark.integration
 for tool in ("slurmctld", "packer", "debootstrap", "unshare"):

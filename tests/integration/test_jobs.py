@@ -17,7 +17,14 @@ import pytest
 from ctk import paths
 
 from .conftest import LAB, LAB_USER, USER_HOME, ctk, user_home
-from .test_local_target import deploy
+from .labtools import (
+    check_resumed,
+    deploy,
+    final_line,
+    submit_preemptible,
+    train_cmd,
+    wait_for_step,
+)
 
 pytestmark = pytest.mark.integration
 for tool in ("slurmctld", "packer", "debootstrap", "ssh"):
@@ -95,38 +102,12 @@ def test_every_template_variant_passes_sbatch_test_only_on_the_lab(lab):
 
 # ---- train.py, requeued mid-run ----------------------------------------------------------
 
-def train_cmd(ckpt, steps, sleep):
-    return ["--", PY, f"{USER_HOME}/train.py", "--steps", str(steps), "--checkpoint-every", "5",
-            "--checkpoint-dir", f"{USER_HOME}/{ckpt}", "--sleep", str(sleep)]
-
-
-def final_line(text):
-    lines = [ln for ln in text.splitlines() if ln.startswith("train: final ")]
-    assert len(lines) == 1, text[-3000:]
-    return lines[0]
-
 
 def uninterrupted(lab, ckpt, steps):
     r = lab.ctk("job", "submit", "jax-train", "--deployment", lab.path, "--nodes", "2", "--set", "partition=debug",
                 "--wait", *train_cmd(ckpt, steps, 0))
     assert r.returncode == 0, r.stderr
     return final_line(lab.ctk("job", "logs", r.stdout.strip(), "--deployment", lab.path).stdout)
-
-
-def submit_preemptible(lab, ckpt, steps, sleep, **params):
-    from ctk.jobs import submit
-    return submit("jax-train", {"nodes": 2, "partition": "debug", "preemptible": True, **params}, lab.path,
-                  command=train_cmd(ckpt, steps, sleep)[1:])
-
-
-def wait_for_step(job, step, timeout=120):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if re.search(rf"^step={step} ", job.logs(), re.M):
-            return
-        assert job.state not in ("COMPLETED", "FAILED", "CANCELLED"), job.logs(stderr=True)[-3000:]
-        time.sleep(0.2)
-    raise AssertionError(f"no step={step} in {timeout}s:\n{job.logs()[-2000:]}{job.logs(stderr=True)[-2000:]}")
 
 
 def wait_through_requeue(lab, job, timeout=240):
@@ -146,26 +127,6 @@ def wait_through_requeue(lab, job, timeout=240):
             return st, seen
         time.sleep(0.5)
     raise AssertionError(f"job {job.id} did not end in {timeout}s: {seen}")
-
-
-def check_resumed(job, steps, expected_final, lost_node_after=None):
-    """The job ran twice and its second run resumed from a checkpoint of the first: the one saved
-    on SIGTERM, whose line names the step. With LOST_NODE_AFTER (a node was lost once the log
-    had reached that step) the step is at least that one, and the line may be missing: the
-    tasks' output comes back through srun, which the requeue of a job with a lost node can stop
-    before the last lines arrive (seen here: a checkpoint at step 59, the log's last step 57)."""
-    out = job.logs()
-    assert "train: restart 0" in out and "train: restart 1" in out, out[-3000:]
-    m = re.search(r"^train: resumed from step (\d+)$", out, re.M)
-    assert m and 0 < int(m.group(1)) < steps, out[-3000:]
-    if lost_node_after is None:
-        assert re.search(rf"^train: preempted at step {m.group(1)}: checkpoint saved", out, re.M), out[-3000:]
-    else:
-        assert int(m.group(1)) >= lost_node_after, out[-3000:]
-    # both runs' lines are in the log (--open-mode=append); the last run ends like the uninterrupted one
-    assert out.count("train: starting from step 0") == 1
-    assert final_line(out) == expected_final
-    return int(m.group(1))
 
 
 @pytest.fixture(scope="module")

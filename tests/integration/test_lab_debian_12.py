@@ -7,11 +7,11 @@ import os
 import pytest
 
 from .conftest import LAB_12
-from .test_local_target import (
-    _sacct,
-    _wait_forgotten,
+from .labtools import (
     assert_jaxlib_accepts_template_xla_flags,
     deploy,
+    sacct_line,
+    wait_forgotten,
 )
 
 # It waits for the Debian 12 image's background build: longer than the 900 s a test gets elsewhere.
@@ -40,7 +40,7 @@ def test_a_debian_12_lab_still_deploys_and_runs_jax_smoke(lab12_store, tmp_path_
         # Accounting with Slurm 22.05 and Debian 12's MariaDB: this lab keeps a finished job
         # 2 s (MinJobAge); once slurmctld has forgotten it, sacct still has its end.
         job = lab.slurm("sbatch", "--parsable", "-N1", "-o", "/dev/null", "--wrap", "exit 5").stdout.strip()
-        _wait_forgotten(lab, job)
-        assert _sacct(lab, job) == "FAILED|5:0"
+        wait_forgotten(lab, job)
+        assert sacct_line(lab, job) == "FAILED|5:0"
     finally:
         lab.ctk("destroy", lab.path)

@@ -15,7 +15,14 @@ import pytest
 
 from conftest import FIXTURES
 
-from .conftest import LAB, ctk, lab_env, user_home
+from .conftest import LAB, lab_env, user_home
+from .labtools import (
+    Lab,
+    assert_jaxlib_accepts_template_xla_flags,
+    deploy,
+    sacct_line,
+    wait_forgotten,
+)
 
 pytestmark = pytest.mark.integration
 for tool in ("slurmctld", "packer", "debootstrap"):
@@ -23,41 +30,6 @@ for tool in ("slurmctld", "packer", "debootstrap"):
         pytest.skip(f"{tool} is not installed", allow_module_level=True)
 
 A3 = f"{FIXTURES}/examples/machine-learning/a3-megagpu-8g"
-
-
-class Lab:
-    def __init__(self, path, state):
-        self.path, self.state = str(path), state
-        # ctk's job registries (keyed by cluster) go beside the folder, not into root's home
-        self.env = {"CTK_STATE_DIR": state, "XDG_STATE_HOME": self.path + ".xdg"}
-
-    def ctk(self, *args, timeout=600):
-        return ctk(*args, env=self.env, timeout=timeout)
-
-    def slurm(self, *argv, check=True, timeout=60):
-        """The lab's own Slurm command, through the wrappers `ctk env --user root` puts on PATH
-        (an admin's), with no host Slurm command on PATH, from the lab's shared /root."""
-        r = subprocess.run(list(argv), capture_output=True, text=True, env=lab_env(self.path, "root"), timeout=timeout,
-                           cwd=os.path.join(self.path, "lab", "root"))
-        if check:
-            assert r.returncode == 0, f"{argv}: {r.stderr}"
-        return r
-
-    def status(self):
-        r = self.ctk("status", self.path, "--json")
-        return r.returncode, json.loads(r.stdout)
-
-    def node_pids(self):
-        return {n: open(os.path.join(self.path, "lab", "nodes", n, "pid")).read()
-                for n in os.listdir(os.path.join(self.path, "lab", "nodes"))}
-
-
-def deploy(tmp_path_factory, state, name, *args):
-    lab = Lab(tmp_path_factory.mktemp(name) / "dep", state)
-    r = lab.ctk("deploy", *args, "-o", lab.path, "--json")
-    assert r.returncode == 0, r.stderr[-3000:]
-    lab.result = json.loads(r.stdout)
-    return lab
 
 
 @pytest.fixture(scope="module")
@@ -271,25 +243,6 @@ def _wait_done(lab, job: str, timeout: float = 120) -> None:
         time.sleep(0.5)
 
 
-def _wait_forgotten(lab, job: str, timeout: float = 180) -> None:
-    """Until slurmctld no longer lists JOB in any state (MinJobAge after its end)."""
-    deadline = time.monotonic() + timeout
-    while lab.slurm("squeue", "-h", "--states=all", "-j", job, "-o", "%i", check=False).stdout.strip():
-        assert time.monotonic() < deadline, f"slurmctld still lists job {job}"
-        time.sleep(2)
-
-
-def _sacct(lab, job: str, timeout: float = 60) -> str:
-    """State|ExitCode of JOB in accounting, once slurmdbd has its end."""
-    deadline = time.monotonic() + timeout
-    while True:
-        out = lab.slurm("sacct", "-n", "-P", "-X", "-j", job, "-o", "State,ExitCode").stdout.strip()
-        if out and not out.startswith(("RUNNING", "PENDING", "COMPLETING")):
-            return out
-        assert time.monotonic() < deadline, f"sacct -j {job}: {out!r}"
-        time.sleep(0.5)
-
-
 def test_the_controller_keeps_accounting_and_sacct_reports_finished_jobs(lab):
     """slurmdbd and MariaDB run on the lab's controller by default: sacct reports a finished
     job's state and exit code; ctk status says accounting is up. The database password is
@@ -299,7 +252,7 @@ def test_the_controller_keeps_accounting_and_sacct_reports_finished_jobs(lab):
     job = lab.slurm("sbatch", "--parsable", "-N2", "-p", "debug", "-o", "/dev/null",
                     "--wrap", "srun true; exit 3").stdout.strip()
     _wait_done(lab, job)
-    assert _sacct(lab, job) == "FAILED|3:0"
+    assert sacct_line(lab, job) == "FAILED|3:0"
     secrets = os.path.join(lab.path, "lab", "secrets")
     assert os.stat(os.path.join(secrets, "mariadb.password")).st_mode & 0o777 == 0o400
     assert os.stat(os.path.join(secrets, "slurmdbd.conf")).st_mode & 0o777 == 0o600
@@ -359,42 +312,7 @@ def test_a_submitit_job_from_the_login_node_completes_with_no_accounting_warning
     assert all(v == 42 for _, v in out["results"]) and out["python"] == "/opt/ctk/jax/bin/python", out
     assert out["state"] == "COMPLETED", out  # submitit's state comes from sacct
     assert "accounting" not in r.stderr.lower() and "sacct" not in r.stderr, r.stderr
-    assert _sacct(lab, out["job"]) == "COMPLETED|0:0"
-
-
-GOLDEN = os.path.join(os.path.dirname(os.path.dirname(__file__)), "golden")
-XLA_CHECK = "import jax, jax.numpy as jnp; print(float(jnp.arange(4.0).sum()))"
-
-
-def template_xla_flags() -> list[str]:
-    """Every XLA flag any template emits, for every nodeset of the GPU deployments ctk has
-    goldens of (the lab, the GPU lab, Cluster Toolkit's A3 Mega and A3 Ultra examples)."""
-    from ctk.jobs import templates
-
-    required = {"array": {"sweep": ["--lr=0.1", "--lr=0.2"]}, "container": {"image": "nvcr.io#nvidia/jax:25.04-py3"}}
-    flags: set[str] = set()
-    for name in templates.list_templates():
-        for dep_name in ("lab", "gpu-lab", "ct-a3mega", "ct-a3ultra"):
-            dep = templates.load_deployment(os.path.join(GOLDEN, dep_name))
-            for ns in dep.nodesets:
-                script = templates.render(name, dict(required.get(name, {})), ["python3", "train.py"], dep, ns.name)
-                for m in re.finditer(r"^export XLA_FLAGS=(.*)$", script, re.M):
-                    flags.update(shlex.split(m.group(1))[0].split())
-    return sorted(flags)
-
-
-def assert_jaxlib_accepts_template_xla_flags(lab, node: str) -> None:
-    """The node's stack's jaxlib (CPU) starts with every template XLA flag set: an unknown one
-    aborts XLA ("Unknown flag in XLA_FLAGS"), and the CPU build checks the --xla_gpu_ names too,
-    as a made-up flag shows."""
-    flags = template_xla_flags()
-    assert "--xla_gpu_enable_latency_hiding_scheduler=true" in flags and len(flags) >= 7, flags
-    run = ["env", "JAX_PLATFORMS=cpu", "XLA_FLAGS=" + " ".join(flags), "/opt/ctk/jax/bin/python", "-c", XLA_CHECK]
-    r = lab.ctk("exec", lab.path, node, "--", *run)
-    assert r.returncode == 0 and r.stdout.strip().splitlines()[-1] == "6.0", (r.stdout, r.stderr[-2000:])
-    bad = run[:2] + ["XLA_FLAGS=--xla_gpu_no_such_flag_ctk=true"] + run[3:]
-    r = lab.ctk("exec", lab.path, node, "--", *bad)
-    assert r.returncode != 0 and "xla_gpu_no_such_flag_ctk" in r.stderr, (r.stdout, r.stderr[-2000:])
+    assert sacct_line(lab, out["job"]) == "COMPLETED|0:0"
 
 
 def test_the_lab_stacks_jaxlib_accepts_every_xla_flag_the_templates_emit(lab):
@@ -993,8 +911,8 @@ def test_auth_slurm_lab_runs_a_two_node_job_with_no_munge(state, tmp_path_factor
         # slurmdbd authenticates with the same key: accounting has the job. This lab keeps a
         # finished job 2 s (MinJobAge); once slurmctld 24.11 has forgotten it, sacct has its end.
         job = lab.slurm("sbatch", "--parsable", "-N1", "-o", "/dev/null", "--wrap", "exit 4").stdout.strip()
-        _wait_forgotten(lab, job)
-        assert _sacct(lab, job) == "FAILED|4:0"
+        wait_forgotten(lab, job)
+        assert sacct_line(lab, job) == "FAILED|4:0"
         version = lab.slurm("sinfo", "-V").stdout
         assert version.startswith(("slurm-wlm 24.11", "slurm 24.11")), version
         names = []
