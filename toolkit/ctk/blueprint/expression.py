@@ -22,6 +22,7 @@ from .functions import (
     GCLUSTER_FUNCTIONS,
     TERRAFORM_FUNCTIONS,
     CannotCompute,
+    quoted,
     to_text,
 )
 
@@ -621,19 +622,8 @@ def _literal(v) -> str:
 
 
 def _quote(s: str) -> str:
-    out = ['"']
-    for ch in s:
-        if ch in '"\\':
-            out.append("\\" + ch)
-        elif ch in "\n\r\t":
-            out.append({"\n": "\\n", "\r": "\\r", "\t": "\\t"}[ch])
-        elif ord(ch) < 0x20:
-            out.append(f"\\u{ord(ch):04x}")
-        else:
-            out.append(ch)
-    out.append('"')
     # HCL reads ${ and %{ in a string as a template: written $${ and %%{
-    return "".join(out).replace("${", "$${").replace("%{", "%%{")
+    return quoted(s).replace("${", "$${").replace("%{", "%%{")
 
 
 def _key(k: str) -> str:

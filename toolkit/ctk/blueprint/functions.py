@@ -143,21 +143,28 @@ _GO_SPACE = "\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006
             "\u2028\u2029\u202f\u205f\u3000"
 
 
-def _json_string(s: str) -> str:
-    """A JSON string as Go's encoder (and so Terraform's jsonencode) writes it: control
-    characters other than \\n, \\r, \\t as \\u00XX, and <, >, &, U+2028, U+2029 escaped."""
+def quoted(s: str, as_unicode: str = "") -> str:
+    """S in double quotes as HCL and Go's JSON encoder both write it: " and \\ escaped by a
+    backslash, \\n, \\r, \\t by name, other control characters and those in AS_UNICODE as
+    \\u00XX."""
     out = ['"']
     for ch in s:
         if ch in '"\\':
             out.append("\\" + ch)
         elif ch in "\n\r\t":
             out.append({"\n": "\\n", "\r": "\\r", "\t": "\\t"}[ch])
-        elif ord(ch) < 0x20 or ch in "<>&\u2028\u2029":
+        elif ord(ch) < 0x20 or ch in as_unicode:
             out.append(f"\\u{ord(ch):04x}")
         else:
             out.append(ch)
     out.append('"')
     return "".join(out)
+
+
+def _json_string(s: str) -> str:
+    """A JSON string as Go's encoder (and so Terraform's jsonencode) writes it: <, >, &, U+2028
+    and U+2029 escaped too."""
+    return quoted(s, "<>&\u2028\u2029")
 
 
 def _jsonencode(v) -> str:

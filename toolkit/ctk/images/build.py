@@ -485,9 +485,7 @@ def rerun_roles(name: str, store: Store | None = None, progress: Progress | None
     {role: (ok, changed)} from each play's recap; an idempotent role reports changed=0."""
     store = store or Store()
     progress = progress or Progress()
-    rec = store.image(name)
-    if rec is None:
-        raise UserError(f"no image '{name}'")
+    rec = store.built_image(name)
     work = store.scratch(f"rerun-{name}")
     te_wheels = next((store.meta(k).get("te_wheels") for k in rec["layers"][1:] if store.meta(k).get("te_wheels")), None)
     run_files, _, binds = _build_time_inputs(store, te_wheels)

@@ -60,10 +60,7 @@ def export_image(name: str, fmt: str, out: str, store: Store | None = None, prog
     progress = progress or Progress()
     if fmt not in FORMATS:
         raise UserError(f"--format {fmt!r}: use one of {', '.join(FORMATS)}")
-    rec = store.image(name)
-    if rec is None:
-        raise UserError(f"no image '{name}' (built images: {', '.join(store.image_names()) or 'none'})",
-                        hint="ctk image build BLUEPRINT")
+    rec = store.built_image(name)
     out = os.path.abspath(out)
     if os.path.exists(out) and not overwrite:
         raise UserError(f"{out} already exists", hint="pass -w to overwrite it")

@@ -18,6 +18,7 @@ import time
 from contextlib import contextmanager
 
 from .. import atomic
+from ..errors import UserError
 from ..locks import lock_file
 
 
@@ -88,6 +89,14 @@ class Store:
                 return json.load(f)
         except FileNotFoundError:
             return None
+
+    def built_image(self, name: str) -> dict:
+        """Image NAME's record; a UserError naming the images there are if it was never built."""
+        rec = self.image(name)
+        if rec is None:
+            raise UserError(f"no image '{name}' in {self.root} (built images: {', '.join(self.image_names()) or 'none'})",
+                            hint="ctk image build BLUEPRINT")
+        return rec
 
     def verified(self, name: str) -> dict | None:
         """The record of image NAME's last passed verification, or None."""

@@ -92,9 +92,7 @@ def verify_image(name: str, store: Store | None = None, progress: Progress | Non
 
 
 def _verify(name: str, store: Store, progress: Progress) -> VerifyResult:
-    rec = store.image(name)  # under the lock: a build may have changed it until then
-    if rec is None:
-        raise ImageVerifyError(f"no image '{name}' in {store.root}; build it first (ctk image build)")
+    rec = store.built_image(name)  # under the lock: a build may have changed it until then
     store.forget_verified(name)  # a failed run below leaves no pass on record
     checks = checks_digest()
     work = store.scratch(f"verify-{name}")

@@ -26,6 +26,7 @@ from .base import (
     Status,
     Target,
     deployment_lock,
+    not_a_deployment_folder,
     target_of_folder,
 )
 
@@ -66,8 +67,7 @@ def of_folder(deployment_dir: str) -> Target:
         if not os.path.exists(deployment_dir):
             raise UserError(f"{deployment_dir}: no such deployment folder",
                             hint="create one with 'ctk deploy BLUEPRINT -o DIR'")
-        raise UserError(f"{deployment_dir} is not a ctk deployment folder (no deployment.json)",
-                        hint="give the folder 'ctk deploy BLUEPRINT -o DIR' wrote")
+        raise not_a_deployment_folder(deployment_dir)
     return get(name)
 
 

@@ -216,6 +216,11 @@ class Target:
         or its data kept after a destroy), or None."""
         return None
 
+    def overwrite_refusal(self, deployment_dir: str) -> UserError | None:
+        """Why `ctk create -w` must not write over the folder (a cluster of this target deployed
+        from it, or its users' data kept there); None if nothing of this target's is there."""
+        return None
+
     def replace(self, deployment_dir: str, old: dict, dep: Deployment, progress: Progress) -> list[str]:
         """Make room for DEP where OLD (what held() said) is, keeping users' data; what was done."""
         return [self.destroy(deployment_dir, progress)] if old.get("running") else []
@@ -241,6 +246,32 @@ class Target:
 
 
 # ---- shared parts ------------------------------------------------------------------------
+
+def not_a_deployment_folder(path: str, refusing: str = "") -> UserError:
+    """The one error for a folder that holds files but no deployment.json; REFUSING: what ctk
+    will not do to it."""
+    return UserError(f"{path} is not a ctk deployment folder (no deployment.json)" + (f"; {refusing}" if refusing else ""),
+                     hint="give the folder 'ctk deploy BLUEPRINT -o DIR' or 'ctk create' wrote, or an empty one")
+
+
+STATE = "state.json"  # in a target's folder of the deployment folder (lab/, ssh/): what it deployed
+
+
+def read_state(folder: str) -> dict | None:
+    """The state a target recorded in FOLDER (its part of a deployment folder); None if none."""
+    try:
+        with open(os.path.join(folder, STATE)) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return None
+
+
+def write_state(folder: str, state: dict) -> None:
+    """Record a target's STATE in FOLDER, whole or not at all."""
+    from .. import atomic
+
+    atomic.write_file(os.path.join(folder, STATE), json.dumps(state, indent=1) + "\n")
+
 
 def target_of_folder(deployment_dir: str) -> str | None:
     """The target a deployment folder was created for, or None if it is not one."""

@@ -30,6 +30,7 @@ from ..render.gcluster import TARBALL_PATH, gcp_files
 from ..render.packer import PACKER_DIR, image_folders
 from ..render.slurmconf import render_cgroup_conf, render_gres_conf, render_slurm_conf
 from ..yamlout import dump
+from .base import not_a_deployment_folder
 
 
 def artifacts(exp: Expanded, dep: Deployment) -> dict[str, str | bytes]:
@@ -131,19 +132,13 @@ def create(exp: Expanded, dep: Deployment, out_dir: str, overwrite: bool = False
             raise UserError(f"deployment folder {out_dir} already exists",
                             hint="pass -w to overwrite it")
         if not os.path.exists(os.path.join(out_dir, "deployment.json")) and os.listdir(out_dir):
-            raise UserError(f"{out_dir} is not a ctk deployment folder (no deployment.json); "
-                            "not overwriting it")
-        if os.path.exists(os.path.join(out_dir, "lab", "state.json")):
-            raise UserError(f"{out_dir} has a lab cluster deployed from it",
-                            hint=f"`ctk deploy` updates it in place; `ctk destroy {out_dir}` stops it first")
-        if os.path.isdir(os.path.join(out_dir, "lab")):
-            raise UserError(f"{out_dir} keeps a destroyed lab's data in {os.path.join(out_dir, 'lab')} (its /home, "
-                            "/root and accounting database); -w would delete it",
-                            hint=f"`ctk deploy` updates the folder in place and uses that data again; "
-                            f"`ctk destroy --purge {out_dir}` deletes it first")
-        if os.path.exists(os.path.join(out_dir, "ssh", "state.json")):
-            raise UserError(f"{out_dir} has a cluster deployed from it over SSH (its munge key is there)",
-                            hint=f"`ctk deploy` updates it in place; `ctk destroy {out_dir}` stops it first")
+            raise not_a_deployment_folder(out_dir, "not overwriting it")
+        from . import REGISTRY, get
+
+        for name in REGISTRY:
+            refusal = get(name).overwrite_refusal(out_dir)
+            if refusal is not None:
+                raise refusal
     stage = atomic.staging_dir(out_dir)
     try:
         files = artifacts(exp, dep)
@@ -178,7 +173,7 @@ def update(exp: Expanded, dep: Deployment, out_dir: str) -> list[str]:
     atomically, leaving runtime state alone; returns the files that changed."""
     if os.path.isdir(out_dir) and os.listdir(out_dir) and not os.path.exists(os.path.join(out_dir, "deployment.json")) \
             and not os.path.exists(os.path.join(out_dir, ".ctk.lock")):
-        raise UserError(f"{out_dir} is not a ctk deployment folder (no deployment.json); not writing into it")
+        raise not_a_deployment_folder(out_dir, "not writing into it")
     changed = []
     files = artifacts(exp, dep)
     for rel, text in files.items():

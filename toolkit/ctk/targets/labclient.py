@@ -9,7 +9,6 @@ this: no planning, rendering, network or daemon code.
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 import subprocess
@@ -31,6 +30,7 @@ from ..connect.base import (
 from ..errors import UserError
 from ..sandbox import DaemonError
 from ..sandbox import node as nodes
+from .base import read_state
 
 if TYPE_CHECKING:
     from .local import LabNode
@@ -41,11 +41,8 @@ def lab_dir(deployment_dir: str) -> str:
 
 
 def load_state(deployment_dir: str) -> dict | None:
-    try:
-        with open(os.path.join(lab_dir(deployment_dir), "state.json")) as f:
-            return json.load(f)
-    except FileNotFoundError:
-        return None
+    """The running lab's state (lab/state.json), or None."""
+    return read_state(lab_dir(deployment_dir))
 
 
 def jobcomp_log(deployment_dir: str) -> str:

@@ -71,6 +71,7 @@ from .base import (
     parse_partitions,
     power_state,
     wait_ready,
+    write_state,
 )
 from .labagent import MEMORY_RESERVE_MB, NODE_MB, available_mb
 from .labclient import (
@@ -537,7 +538,7 @@ def spec_hash(spec: nodes.NodeSpec, conf_files: dict[str, str]) -> str:
 # ---- side effects --------------------------------------------------------------------------
 
 def _save_state(deployment_dir: str, state: dict) -> None:
-    atomic.write_file(os.path.join(lab_dir(deployment_dir), "state.json"), json.dumps(state, indent=1) + "\n")
+    write_state(lab_dir(deployment_dir), state)
 
 
 def _keys(ldir: str, slurm_auth: bool, acct: bool) -> None:
@@ -1335,6 +1336,18 @@ class LocalTarget(Target):
     def preempt(self, deployment_dir: str, names: list[str], notice: float | None = None,
                 wait: bool = False) -> list[dict]:
         return preempt_local(deployment_dir, names, notice=notice, wait=wait)
+
+    def overwrite_refusal(self, deployment_dir: str) -> UserError | None:
+        ldir = lab_dir(deployment_dir)
+        if load_state(deployment_dir) is not None:
+            return UserError(f"{deployment_dir} has a lab cluster deployed from it",
+                             hint=f"`ctk deploy` updates it in place; `ctk destroy {deployment_dir}` stops it first")
+        if os.path.isdir(ldir):
+            return UserError(f"{deployment_dir} keeps a destroyed lab's data in {ldir} (its /home, /root and "
+                             "accounting database); -w would delete it",
+                             hint=f"`ctk deploy` updates the folder in place and uses that data again; "
+                             f"`ctk destroy --purge {deployment_dir}` deletes it first")
+        return None
 
     def replace(self, deployment_dir: str, old: dict, dep: Deployment, progress: Progress) -> list[str]:
         lines = []

@@ -66,7 +66,9 @@ from .base import (
     Target,
     parse_node_states,
     parse_partitions,
+    read_state,
     wait_ready,
+    write_state,
 )
 
 DEFAULT_ROLES = ["common", "munge", "slurm", "jax"]
@@ -303,11 +305,8 @@ def munge_key(sdir: str) -> str:
 
 
 def load_state(deployment_dir: str) -> dict | None:
-    try:
-        with open(os.path.join(ssh_dir(deployment_dir), "state.json")) as f:
-            return json.load(f)
-    except FileNotFoundError:
-        return None
+    """The hosts deployed to (ssh/state.json), or None."""
+    return read_state(ssh_dir(deployment_dir))
 
 
 def slurm_on_controller(deployment_dir: str, state: dict, command: str, timeout: float = 30
@@ -407,7 +406,7 @@ def deploy_ssh(dep: Deployment, deployment_dir: str, progress: Progress | None =
         result.notes.append("stopped the daemons on " + ", ".join(h.name for h in dropped)
                             + " (no longer in the blueprint; packages stay)")
     # From here on the hosts may run daemons of this deployment: status and destroy find them.
-    atomic.write_file(os.path.join(ssh_dir(deployment_dir), "state.json"), json.dumps(state, indent=1) + "\n")
+    write_state(ssh_dir(deployment_dir), state)
     for phase in ("install", "configure"):
         with progress.step(f"{phase} phase on {len(dep.ssh_hosts)} host(s) over SSH"):
             t = time.monotonic()
@@ -532,6 +531,12 @@ class SshTarget(Target):
             f"(changed: install {changed.get('install', 0)}, configure {changed.get('configure', 0)})",
             f"status:   ctk status {deployment_dir}",
             f"stop it:  ctk destroy {deployment_dir}"], asdict(res))
+
+    def overwrite_refusal(self, deployment_dir: str) -> UserError | None:
+        if load_state(deployment_dir) is None:
+            return None
+        return UserError(f"{deployment_dir} has a cluster deployed from it over SSH (its munge key is there)",
+                         hint=f"`ctk deploy` updates it in place; `ctk destroy {deployment_dir}` stops it first")
 
     def is_deployed(self, deployment_dir: str) -> bool:
         return load_state(deployment_dir) is not None
