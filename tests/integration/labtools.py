@@ -8,11 +8,23 @@ import os
 import re
 import shlex
 import subprocess
-import time
+
+from ctk.waiting import TimedOut, poll
 
 from .conftest import USER_HOME, ctk, lab_env
 
 PY = "/opt/ctk/jax/bin/python"
+
+
+def until(check, timeout: float, what, interval: float = 0.5):
+    """The first truthy value CHECK returns within TIMEOUT seconds (ctk.waiting.poll, the one
+    wait of ctk and its tests); else a failed assert saying WHAT was awaited (a string, or a
+    function of the last value CHECK returned, called then) and that value."""
+    try:
+        return poll(check, timeout, interval)
+    except TimedOut as e:
+        said = what(e.last) if callable(what) else f"{what}; last: {e.last!r}"
+        raise AssertionError(f"not within {timeout:g} s: {said}"[:6000]) from None
 
 
 class Lab:
@@ -52,21 +64,19 @@ def deploy(tmp_path_factory, state, name, *args):
 
 def wait_forgotten(lab, job: str, timeout: float = 180) -> None:
     """Until slurmctld no longer lists JOB in any state (MinJobAge after its end)."""
-    deadline = time.monotonic() + timeout
-    while lab.slurm("squeue", "-h", "--states=all", "-j", job, "-o", "%i", check=False).stdout.strip():
-        assert time.monotonic() < deadline, f"slurmctld still lists job {job}"
-        time.sleep(2)
+    until(lambda: not lab.slurm("squeue", "-h", "--states=all", "-j", job, "-o", "%i", check=False).stdout.strip(),
+          timeout, f"slurmctld forgetting job {job}", interval=2)
 
 
 def sacct_line(lab, job: str, timeout: float = 60) -> str:
     """State|ExitCode of JOB in accounting, once slurmdbd has its end."""
-    deadline = time.monotonic() + timeout
-    while True:
-        out = lab.slurm("sacct", "-n", "-P", "-X", "-j", job, "-o", "State,ExitCode").stdout.strip()
-        if out and not out.startswith(("RUNNING", "PENDING", "COMPLETING")):
-            return out
-        assert time.monotonic() < deadline, f"sacct -j {job}: {out!r}"
-        time.sleep(0.5)
+    said = [""]
+
+    def ended() -> str | None:
+        said[0] = out = lab.slurm("sacct", "-n", "-P", "-X", "-j", job, "-o", "State,ExitCode").stdout.strip()
+        return out if out and not out.startswith(("RUNNING", "PENDING", "COMPLETING")) else None
+
+    return until(ended, timeout, lambda _: f"the end of job {job} in accounting; sacct says {said[0]!r}")
 
 
 GOLDEN = os.path.join(os.path.dirname(os.path.dirname(__file__)), "golden")
@@ -126,13 +136,14 @@ def submit_preemptible(lab, ckpt, steps, sleep, **params):
 
 
 def wait_for_step(job, step, timeout=120):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def reached() -> bool:
         if re.search(rf"^step={step} ", job.logs(), re.M):
-            return
+            return True
         assert job.state not in ("COMPLETED", "FAILED", "CANCELLED"), job.logs(stderr=True)[-3000:]
-        time.sleep(0.2)
-    raise AssertionError(f"no step={step} in {timeout}s:\n{job.logs()[-2000:]}{job.logs(stderr=True)[-2000:]}")
+        return False
+
+    until(reached, timeout, lambda _: f"step={step} in the log:\n{job.logs()[-2000:]}{job.logs(stderr=True)[-2000:]}",
+          interval=0.2)
 
 
 def check_resumed(job, steps, expected_final, lost_node_after=None):

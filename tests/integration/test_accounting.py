@@ -10,7 +10,6 @@ import json
 import os
 import shutil
 import subprocess
-import time
 
 import pytest
 
@@ -25,6 +24,7 @@ from ctk.sandbox.daemons import (
 )
 
 from .accounting_daemons import start_mariadb, start_slurmdbd, write_slurmdbd_conf
+from .labtools import until
 
 pytestmark = pytest.mark.integration
 for tool in ("slurmctld", "slurmd", "slurmdbd", "mariadbd", "mariadb-install-db", "sacct"):
@@ -117,14 +117,11 @@ def test_forgotten_jobs_get_state_and_exit_code_from_sacct(here, capsys):
 
     # slurmctld purges jobs older than MinJobAge (2 s) on its own schedule (about a minute)
     env = {**os.environ}
-    deadline = time.monotonic() + 150
-    while True:
-        r = subprocess.run(["squeue", "-h", "--states=all", "-j", f"{failed},{ok},{cancelled}", "-o", "%i"],
-                           capture_output=True, text=True, env=env)
-        if not r.stdout.strip():
-            break
-        assert time.monotonic() < deadline, f"slurmctld still lists {r.stdout.split()}"
-        time.sleep(2)
+    def listed() -> list[str]:
+        return subprocess.run(["squeue", "-h", "--states=all", "-j", f"{failed},{ok},{cancelled}", "-o", "%i"],
+                              capture_output=True, text=True, env=env).stdout.split()
+
+    until(lambda: not listed(), 150, lambda _: f"slurmctld forgetting the jobs; it still lists {listed()}", interval=2)
 
     # a fresh registry knows nothing: every state now comes from accounting, in one sacct call
     os.environ["XDG_STATE_HOME"] = os.environ["XDG_STATE_HOME"] + "-fresh"

@@ -22,6 +22,7 @@ from .labtools import (
     final_line,
     submit_preemptible,
     train_cmd,
+    until,
     wait_for_step,
 )
 
@@ -65,8 +66,9 @@ def test_a_3_node_job_boots_powered_down_nodes_which_power_down_after_suspend_ti
                      "--wrap", "srun hostname; sleep 3").stdout.strip()
     seen: dict[str, list[str]] = {n: ["off"] for n in dyn}
     job_states, nodelist, ended_at = [], None, None
-    deadline = time.monotonic() + 150
-    while time.monotonic() < deadline:
+
+    def watch() -> bool:
+        nonlocal nodelist, ended_at
         for n, (pw, _, _) in power(elab).items():
             if n in seen and seen[n][-1] != pw:
                 seen[n].append(pw)
@@ -78,9 +80,10 @@ def test_a_3_node_job_boots_powered_down_nodes_which_power_down_after_suspend_ti
             nodelist = info["NodeList"]
         if js in ENDED and ended_at is None:
             ended_at = time.time()
-        if ended_at and nodelist and all(seen[n][-1] == "off" for n in seen):
-            break
-        time.sleep(0.1)
+        return bool(ended_at and nodelist and all(seen[n][-1] == "off" for n in seen))
+
+    until(watch, 150, lambda _: f"the job's end and its nodes powered down: job {job_states}, power {seen}",
+          interval=0.1)
     assert job_states[-1] == "COMPLETED" and "RUNNING" in job_states, job_states
     used = elab.slurm("scontrol", "show", "hostnames", nodelist).stdout.split()
     assert len(used) == 3 and set(used) <= set(dyn)
@@ -114,10 +117,14 @@ def test_a_lab_whose_agent_died_says_so_and_heals_on_the_next_deploy(elab):
     pdir = os.path.join(elab.path, "lab", "power")
     pid = int(open(os.path.join(pdir, "agent.pid")).read())
     os.kill(pid, signal.SIGKILL)
-    for _ in range(100):
-        if not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z":
-            break
-        time.sleep(0.05)
+
+    def gone() -> bool:
+        try:
+            return open(f"/proc/{pid}/stat").read().split()[2] == "Z"
+        except FileNotFoundError:
+            return True
+
+    until(gone, 30, f"the end of the killed agent {pid}", interval=0.05)
     r = elab.ctk("status", elab.path)
     assert "preempts Spot nodes): down" in r.stdout and "no dynamic node powers up or down" in r.stdout, r.stdout
     assert f"ctk deploy BLUEPRINT -o {elab.path}` starts it again" in r.stdout, r.stdout
@@ -130,10 +137,8 @@ def test_a_lab_whose_agent_died_says_so_and_heals_on_the_next_deploy(elab):
     assert r.returncode == 0, r.stderr[-3000:]
     jid = elab.slurm("sbatch", "--parsable", f"-N{len(dyn)}", "-p", "dynamic", "-o", "/dev/null",
                      "--wrap", "srun true").stdout.strip()
-    deadline = time.monotonic() + 150
-    while job_info(elab, jid).get("JobState", "GONE") not in ENDED:
-        assert time.monotonic() < deadline, (job_info(elab, jid), power(elab))
-        time.sleep(0.5)
+    until(lambda: job_info(elab, jid).get("JobState", "GONE") in ENDED, 150,
+          lambda _: f"the job's end: {job_info(elab, jid)}, power {power(elab)}")
     assert job_info(elab, jid)["JobState"] == "COMPLETED", job_info(elab, jid)
     healed = [e for e in read_events(pdir) if e["epoch"] >= t0 and e["event"] == "resynced"]
     assert [(e["node"], e["action"]) for e in healed][:1] == [(stuck, "powered down again")], healed
@@ -157,11 +162,9 @@ def test_train_on_two_spot_nodes_survives_ctk_preempt_with_the_same_final_step_a
     # The notice, as a job on the node reads it (the metadata server's instance/preempted)
     seen = elab.ctk("exec", "--user", "researcher", elab.path, victim, "--", "cat", "/run/ctk/preempted")
     assert (seen.returncode, seen.stdout) == (0, "TRUE\n"), (seen.stdout, seen.stderr)
-    deadline = time.monotonic() + 60
-    while not any(e["event"] == "down" and e.get("node") == victim and e["epoch"] >= t0
-                  for e in read_events(os.path.join(elab.path, "lab", "power"))):
-        assert time.monotonic() < deadline, "the preempted node did not go down"
-        time.sleep(0.2)
+    until(lambda: any(e["event"] == "down" and e.get("node") == victim and e["epoch"] >= t0
+                      for e in read_events(os.path.join(elab.path, "lab", "power"))),
+          60, f"the preempted node {victim} down", interval=0.2)
     assert job.wait(timeout=400) == "COMPLETED", job.logs(stderr=True)[-3000:]
     check_resumed(job, 40, expected, lost_node_after=8)
     assert job.exit_code() == 0 and job_info(elab, job.id).get("Restarts") == "1"

@@ -29,6 +29,7 @@ for tool in ("debootstrap", "packer", "unshare"):
         pytest.skip(f"{tool} is not installed", allow_module_level=True)
 
 from .conftest import LAB, ctk, link_layers  # noqa: E402 (after the skips above: nothing to import without the tools)
+from .labtools import until  # noqa: E402 (as above)
 
 
 def test_lab_image_builds_and_verifies(lab_build):
@@ -363,10 +364,11 @@ def test_a_build_killed_during_a_layer_leaves_nothing_running_after_the_next(lab
     build = subprocess.Popen([sys.executable, "-c", code, state], env={**os.environ, "CTK_ANSIBLE_DIR": str(ansible)},
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 300
-        while not _pids_with("sleep 4321"):
-            assert build.poll() is None and time.monotonic() < deadline, "the slow layer never started"
-            time.sleep(0.5)
+        def started() -> bool:
+            assert build.poll() is None, "the build ended before its slow layer started"
+            return bool(_pids_with("sleep 4321"))
+
+        until(started, 300, "the slow layer's start")
         left = {**_pids_with(os.path.realpath(store.tmp)), **_pids_with("sleep 4321")}
     except BaseException:  # a build left running would hold the store's lock for every later test
         build.kill()

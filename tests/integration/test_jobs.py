@@ -10,7 +10,6 @@ import shutil
 import stat
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -23,6 +22,7 @@ from .labtools import (
     final_line,
     submit_preemptible,
     train_cmd,
+    until,
     wait_for_step,
 )
 
@@ -113,9 +113,9 @@ def uninterrupted(lab, ckpt, steps):
 def wait_through_requeue(lab, job, timeout=240):
     """Follow the job to its end. Slurm holds a requeued batch job for 120 s (BeginTime); the
     test lets it start at once, as an admin would with scontrol update."""
-    deadline = time.monotonic() + timeout
-    seen = []
-    while time.monotonic() < deadline:
+    seen: list[str] = []
+
+    def ended() -> str | None:
         info = lab.slurm("scontrol", "show", "-o", "job", job.id).stdout
         st = re.search(r"JobState=(\S+)", info).group(1)
         reason = re.search(r"Reason=(\S+)", info).group(1)
@@ -123,10 +123,9 @@ def wait_through_requeue(lab, job, timeout=240):
             seen.append(st)
         if st == "PENDING" and reason == "BeginTime":
             lab.slurm("scontrol", "update", f"JobId={job.id}", "StartTime=now")
-        if st in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"):
-            return st, seen
-        time.sleep(0.5)
-    raise AssertionError(f"job {job.id} did not end in {timeout}s: {seen}")
+        return st if st in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT") else None
+
+    return until(ended, timeout, lambda _: f"the end of job {job.id}; its states: {seen}"), seen
 
 
 @pytest.fixture(scope="module")
@@ -206,10 +205,7 @@ def test_submit_follow_logs_and_cancel_through_the_login_node_over_ssh(lab, tmp_
             "echo started; sleep 300", env=env)
     assert r.returncode == 0, r.stderr
     sleeper = r.stdout.strip()
-    deadline = time.monotonic() + 60
-    while "started" not in ctk("job", "logs", sleeper, *host, env=env).stdout:
-        assert time.monotonic() < deadline, "the job never started"
-        time.sleep(0.5)
+    until(lambda: "started" in ctk("job", "logs", sleeper, *host, env=env).stdout, 60, "the job's start")
     r = ctk("job", "cancel", sleeper, *host, env=env)
     assert r.returncode == 0, r.stderr
     r = ctk("job", "logs", sleeper, *host, "--follow", env=env, timeout=120)  # returns once the job ends
@@ -372,10 +368,7 @@ MIB = 1 << 20
 
 
 def _wait_for(path, what, timeout=120):
-    deadline = time.monotonic() + timeout
-    while not os.path.exists(path):
-        assert time.monotonic() < deadline, f"{what}: no {path}"
-        time.sleep(0.2)
+    until(lambda: os.path.exists(path), timeout, f"{what}: {path}", interval=0.2)
 
 
 def _mib(text):
@@ -406,14 +399,14 @@ def test_sstat_sacct_and_efficiency_report_what_a_job_used(lab, tmp_path):
     assert not os.path.exists(os.path.join(root, f"{tag}.stop"))
 
     open(os.path.join(root, f"{tag}.stop"), "w").close()
-    deadline = time.monotonic() + 120
-    while True:  # slurmdbd records the job's end a moment after it
-        out = lab.slurm("sacct", "-n", "-P", "-j", job, "-o", "JobID,State,TotalCPU,MaxRSS").stdout
+    said = [""]
+
+    def recorded() -> dict | None:  # slurmdbd records the job's end a moment after it
+        said[0] = out = lab.slurm("sacct", "-n", "-P", "-j", job, "-o", "JobID,State,TotalCPU,MaxRSS").stdout
         rows = {r[0]: r[1:] for r in (ln.split("|") for ln in out.splitlines())}
-        if rows.get(job, [""])[0] == "COMPLETED" and rows.get(f"{job}.batch", ["", "", ""])[2]:
-            break
-        assert time.monotonic() < deadline, out
-        time.sleep(0.5)
+        return rows if rows.get(job, [""])[0] == "COMPLETED" and rows.get(f"{job}.batch", ["", "", ""])[2] else None
+
+    rows = until(recorded, 120, lambda _: f"job {job}'s end and its batch step's MaxRSS in sacct: {said[0]!r}")
     # at least the CPU time sstat saw while it ran (the machine is shared: no more is promised)
     assert _mib(rows[f"{job}.batch"][2]) >= 300 and cpu_seconds(rows[job][1]) >= cpu_seconds(batch[2]), rows
 

@@ -25,6 +25,7 @@ from ctk.images.store import Store
 from ctk.sandbox import node as nodes
 
 from .conftest import ctk
+from .labtools import until
 
 pytestmark = pytest.mark.integration
 for tool in ("debootstrap", "srun", "munged", "ssh", "unshare"):
@@ -255,10 +256,7 @@ def test_a_second_deploy_changes_nothing_but_a_dead_slurmd(cluster):
     own idempotence, host by host, is test_roles' and test_image_build's.)"""
     m = cluster.machines["sshnode-1"]
     assert nodes.run_in(m.spec.state_dir, ["sh", "-c", "kill $(cat /run/slurmd.pid)"]).returncode == 0
-    for _ in range(50):
-        if "slurmd" not in processes(m):
-            break
-        time.sleep(0.1)
+    until(lambda: "slurmd" not in processes(m), 30, "the end of the killed slurmd", interval=0.1)
     r = cluster.ctk("status", cluster.dir, "--json")
     assert r.returncode == 1
     assert [n["dead_services"] for n in json.loads(r.stdout)["nodes"] if n["name"] == "sshnode-1"] == [["slurmd"]]
