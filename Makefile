@@ -108,8 +108,9 @@ test: testdeps lint
 # The checks of code and roles, make test runs them first (each tool's settings in pyproject.toml
 # or beside what it checks): ruff (the rules of [tool.ruff.lint]), mypy over toolkit/ctk
 # ([tool.mypy]), ansible-lint's production profile on the roles ctk ships, shellcheck on the
-# repository's shell files (the shell programs ctk writes at run time are checked by
-# tests/unit/test_shell_programs.py; the import layers, by tests/unit/test_layers.py).
+# repository's shell files, and the documentation site (mkdocs build --strict: every link
+# leads somewhere). The shell programs ctk writes at run time are checked by
+# tests/unit/test_shell_programs.py, the import layers by tests/unit/test_layers.py.
 # Their tools are the `lint` extra, installed beside the venv on first use.
 LINT_STAMP := $(VENV)/.lint-installed
 $(LINT_STAMP): $(STAMP)
@@ -124,6 +125,7 @@ lint: $(LINT_STAMP)
 	cd toolkit/ctk/data/ansible && PATH="$(CURDIR)/$(VENV)/bin:$$PATH" ansible-lint -q --offline --profile production --nocolor
 	@command -v shellcheck >/dev/null || { echo "make lint: shellcheck is not installed: apt-get install shellcheck (make sysdeps installs it)" >&2; exit 2; }
 	shellcheck $(SHELL_FILES)
+	site=$$(mktemp -d) && trap 'rm -rf "$$site"' EXIT && $(VENV)/bin/mkdocs build --strict --site-dir "$$site"
 
 test-accel: testdeps
 	$(PY) -m pytest -q -p no:cacheprovider --durations=10 $(ACCEL_TESTS)
