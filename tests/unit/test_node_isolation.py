@@ -116,3 +116,17 @@ def test_confine_drops_the_bounding_set_for_good():
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert lines == [str(sorted(caps.numbers(caps.NODE))), "mknod refused"]
+
+
+def test_entering_a_node_needs_no_import_from_the_host_after_it_joins():
+    """`ctk exec` joins the node's mount namespace and then execs the program by PATH lookup
+    (os.execvpe), whose first call imports warnings: the module must already be loaded by then,
+    for the host's standard library is out of reach in the node (once, a change of imports
+    elsewhere left it unloaded and every command run in a node failed)."""
+    code = "import sys\nimport ctk.sandbox.enter\nprint('warnings' in sys.modules)"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.stdout.strip() == "True", r.stdout + r.stderr
+    # ... which a fresh interpreter has not loaded on its own: the check above means something
+    r = subprocess.run([sys.executable, "-c", "import sys\nprint('warnings' in sys.modules)"],
+                       capture_output=True, text=True)
+    assert r.stdout.strip() == "False", r.stdout + r.stderr

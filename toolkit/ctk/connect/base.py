@@ -371,7 +371,7 @@ class SshCluster(Cluster):
             # umask 077: sbatch hands it to the job (SLURM_UMASK), so its logs are its user's alone
             r = self.conn.run("umask 077; " + shlex.join(argv), hide=True, warn=True, timeout=timeout,
                               in_stream=io.StringIO(stdin) if stdin is not None else False)
-        except Exception as e:  # invoke's CommandTimedOut and connection errors
+        except Exception as e:  # noqa: BLE001 - invoke's CommandTimedOut and connection errors
             if type(e).__name__ == "CommandTimedOut":
                 raise SlurmError(f"{argv[0]} on {self.host}: no answer within {timeout:.0f}s") from None
             raise SlurmError(f"{argv[0]} on {self.host}: {e}") from None

@@ -416,7 +416,7 @@ def _build_layer(store: Store, image: str, lp: LayerPlan, lower_keys: list[str],
             seed = ("beside", seed_tree)
             lowers = [seed_tree] + lowers
             progress.task(f"starting from the venv made beside the layers below ({seconds:.1f} s)")
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 (a failed head start only costs the time it would have saved)
             if wheels is not None and wheels.done() and wheels.exception() is not None:
                 wheels.result()  # the download failed: that is the build's error, not a note
             progress.say(f"note: the venv made beside the layers below failed ({str(e).splitlines()[0] if str(e) else e!r}); "

@@ -18,6 +18,11 @@ import os
 import signal
 import sys
 
+# os.execvpe looks the program up on PATH with os.get_exec_path, which imports warnings when
+# first called: by then this process has joined the node's mount namespace, where the host's
+# standard library is not, so the import would fail there. Imported here, before entering.
+import warnings  # noqa: F401
+
 from . import caps
 
 NAMESPACES = (("net", 0x40000000), ("uts", 0x4000000), ("ipc", 0x8000000), ("pid", 0x20000000),

@@ -337,7 +337,7 @@ def node_main(spec: dict, logs: dict[str, int], report) -> int:
         # folder open (its logs and its pipe to the monitor are files): a node process that
         # reads /proc/1 finds nothing of the host there, and /proc/1/root is the node's root.
         caps.confine(spec.get("caps") or caps.NODE)
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 - reported through the log and the exit code
         _log(f"setup failed: {e}")
         return 1
     procs: dict[int, dict] = {}
