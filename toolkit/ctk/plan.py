@@ -7,6 +7,7 @@ import dataclasses
 import math
 import os
 import re
+from collections.abc import Callable
 from typing import Any, TypedDict, overload
 
 from .blueprint.errors import BlueprintError, Collector, did_you_mean
@@ -179,8 +180,31 @@ def plan(exp: Expanded, c: Collector, stacks: dict[str, Stack] | None = None) ->
         cluster = controllers[0].setting("slurm_cluster_name")
     dep = Deployment(deployment_name=dname, blueprint_name=exp.blueprint.name, slurm_cluster_name=cluster)
 
-    by_id: dict[str, Nodeset] = {}
     images = {em.id: _image(em, exp).name for em in exp.modules if em.schema and em.schema.role == "image"}
+    by_id = _plan_modules(exp, dep, cluster, images, c, doc)
+    _unique_nodeset_names(exp, dep, c, doc)
+    auth_em = _plan_services(exp, dep, cluster, by_id, images, c, doc)
+    stacks = load_stacks() if stacks is None else stacks
+    _gcp_target(exp, dep, c, doc)
+    _stacks(exp, dep, c, stacks)
+    _accelerator_rules(exp, dep, c, stacks)
+    if dep.controller is None and (dep.partitions or dep.nodesets):
+        dep.controller = Controller("", hostname=f"{cluster}-controller")
+    if dep.controller is not None and dep.controller.slurm_auth:
+        assert auth_em is not None  # the controller's module, which set slurm_auth
+        _check_slurm_auth(auth_em, dep, c, doc)
+    _ssh_target(exp, dep, c, doc)
+    _local_target(exp, dep, c, doc)
+    _uncomputed(exp, c)
+    _partition_names(exp, dep, c, doc)
+    return dep
+
+
+def _plan_modules(exp: Expanded, dep: Deployment, cluster: str, images: dict[str, str], c: Collector,
+                  doc) -> dict[str, Nodeset]:
+    """The first pass over the modules: DEP gets their nodesets, images and shared file systems,
+    and the modules ctk does not model (Unsupported). The nodesets by module id."""
+    by_id: dict[str, Nodeset] = {}
     for em in exp.modules:
         role = em.schema.role if em.schema else None
         src = em.module.source
@@ -198,7 +222,7 @@ def plan(exp: Expanded, c: Collector, stacks: dict[str, Stack] | None = None) ->
                 dep.shared_fs.append(SharedFs(em.id, mount, _str(em.get("remote_mount"), "") or "",
                                               _fs_type(src, em), src))
         elif role in ("partition", "controller", "login", "target", "gcp-target", "local-target"):
-            pass  # below, once every nodeset is known
+            pass  # in the second pass (_plan_services) or by the targets' own, once every nodeset is known
         elif role == "startup-script":
             dep.unsupported.append(Unsupported(em.id, src, em.module.group,
                                                "startup scripts run only on the gcp target"))
@@ -206,7 +230,11 @@ def plan(exp: Expanded, c: Collector, stacks: dict[str, Stack] | None = None) ->
             dep.unsupported.append(Unsupported(em.id, src, em.module.group,
                                                "remote source, not fetched" if is_remote(src) else
                                                "not modelled by ctk (kept for the gcp target)"))
+    return by_id
 
+
+def _unique_nodeset_names(exp: Expanded, dep: Deployment, c: Collector, doc) -> None:
+    """An error at a nodeset whose name an earlier one has."""
     names_seen: dict[str, str] = {}
     for ns in dep.nodesets:
         if ns.name in names_seen:
@@ -215,6 +243,13 @@ def plan(exp: Expanded, c: Collector, stacks: dict[str, Stack] | None = None) ->
                   doc.pos(em.module.path + ("id",)), "set a distinct 'name' in one of them")
         names_seen[ns.name] = ns.module_id
 
+
+def _plan_services(exp: Expanded, dep: Deployment, cluster: str, by_id: dict[str, Nodeset],
+                   images: dict[str, str], c: Collector, doc) -> ExpandedModule | None:
+    """The second pass over the modules, once every nodeset is known: DEP gets its partitions,
+    login nodes and controller (one only). The controller's module when it enables Slurm's auth
+    (enable_slurm_auth), else None."""
+    auth_em = None
     for em in exp.modules:
         role = em.schema.role if em.schema else None
         if role == "partition":
@@ -235,18 +270,12 @@ def plan(exp: Expanded, c: Collector, stacks: dict[str, Stack] | None = None) ->
             _power_saving(exp, em, dep.controller, c)
             if dep.controller.slurm_auth:
                 auth_em = em
-    stacks = load_stacks() if stacks is None else stacks
-    _gcp_target(exp, dep, c, doc)
-    _stacks(exp, dep, c, stacks)
-    _accelerator_rules(exp, dep, c, stacks)
-    if dep.controller is None and (dep.partitions or dep.nodesets):
-        dep.controller = Controller("", hostname=f"{cluster}-controller")
-    if dep.controller is not None and dep.controller.slurm_auth:
-        _check_slurm_auth(auth_em, dep, c, doc)
-    _ssh_target(exp, dep, c, doc)
-    _local_target(exp, dep, c, doc)
-    _uncomputed(exp, c)
+    return auth_em
 
+
+def _partition_names(exp: Expanded, dep: Deployment, c: Collector, doc) -> None:
+    """One default partition at most, and a name of its own for each (a name slurm-gcp accepts,
+    on slurm-gcp's partition module)."""
     defaults = [p for p in dep.partitions if p.is_default]
     if len(defaults) > 1:
         em = _module(exp, defaults[1].module_id)
@@ -263,7 +292,6 @@ def plan(exp: Expanded, c: Collector, stacks: dict[str, Stack] | None = None) ->
         if em.module.source.endswith("schedmd-slurm-gcp-v6-partition") and not _CT_PARTITION_RE.match(p.name):
             c.add(f"invalid partition_name '{p.name}'", doc.pos(where),
                   "slurm-gcp partition names are lowercase letters and digits, starting with a letter")
-    return dep
 
 
 def _uncomputed(exp: Expanded, c: Collector) -> None:
@@ -895,6 +923,10 @@ def _port(v) -> int | None:
     return v if isinstance(v, int) and 1 <= v <= 65535 else None
 
 
+# An error of one ssh host: (message, key of the host it is at or None: the host's mapping, hint).
+_HostError = Callable[[str, str | None, str], None]
+
+
 def _ssh_target(exp: Expanded, dep: Deployment, c: Collector, doc) -> None:
     """A ctk/target/ssh module: the blueprint's cluster on existing machines. Its hosts become
     Deployment.ssh_hosts; each nodeset's nodes become its compute hosts (Nodeset.hostnames),
@@ -917,127 +949,7 @@ def _ssh_target(exp: Expanded, dep: Deployment, c: Collector, doc) -> None:
         c.add("the ssh target lists no hosts", doc.pos(settings + ("hosts",)),
               "add one mapping per machine: {name, host, role} (and key, user, port, nodeset)")
         return
-    base_dir = os.path.dirname(os.path.abspath(doc.file))
-    nodesets: dict[str, Nodeset] = {}
-    for ns in dep.nodesets:
-        nodesets.setdefault(ns.name, ns)
-        nodesets.setdefault(ns.module_id, ns)
-    out: list[SshHost] = []
-    names: dict[str, int] = {}
-    machines: dict[tuple[str, int], str] = {}
-    for i, h in enumerate(hosts):
-        here = settings + ("hosts", i)
-
-        # called within this iteration only, and meant to see LABEL once the host's name is known
-        def err(msg: str, key: str | None = None, hint: str = "") -> None:
-            c.add(f"ssh host {i + 1}{label}: {msg}", doc.pos(here + ((key,) if key else ())), hint)  # noqa: B023
-
-        label = ""
-        if not isinstance(h, dict):
-            c.add(f"ssh host {i + 1} must be a mapping, found {type(h).__name__}", doc.pos(here),
-                  "for example {name: node-0, host: 10.0.0.5, role: compute, nodeset: debug, key: ~/.ssh/id_ed25519}")
-            continue
-        name = h.get("name")
-        label = f" ({name})" if isinstance(name, str) and name else ""
-        ok = True
-        for k in h:
-            if k not in SSH_HOST_KEYS:
-                c.add(f"ssh host {i + 1}{label}: unknown key '{k}'", doc.key_pos(here + (k,)),
-                      did_you_mean(str(k), list(SSH_HOST_KEYS)) or "keys: " + ", ".join(SSH_HOST_KEYS))
-                ok = False
-        if not isinstance(name, str) or not _HOST_NAME_RE.match(name):
-            err("needs a name, a hostname (letters, digits, '-'), which is its Slurm node name"
-                if name is None else f"invalid name {name!r}", "name" if name is not None else None,
-                "use letters, digits and '-', at most 63, not starting or ending with '-'")
-            ok = False
-        elif name in names:
-            err(f"name '{name}' is used by host {names[name] + 1} too", "name", "every host needs its own name")
-            ok = False
-        else:
-            names[name] = i
-        addr = h.get("host")
-        if not isinstance(addr, str) or not addr.strip() or any(ch.isspace() for ch in addr.strip()):
-            err("needs host, the address or DNS name ssh connects to" if addr is None else
-                f"invalid host {addr!r}", "host" if addr is not None else None)
-            ok = False
-        role = h.get("role")
-        if role not in SSH_ROLES:
-            err("needs a role" if role is None else f"unknown role {role!r}", "role" if role is not None else None,
-                did_you_mean(str(role), list(SSH_ROLES)) if isinstance(role, str) else
-                "one of: " + ", ".join(SSH_ROLES))
-            ok = False
-        port = _port(h.get("port", 22))
-        if port is None:
-            err(f"invalid port {h.get('port')!r}", "port", "a TCP port, 1-65535")
-            ok = False
-        user = h.get("user", "root")
-        if not isinstance(user, str) or not re.match(r"^[A-Za-z_][A-Za-z0-9_.-]*$", user):
-            err(f"invalid user {user!r}", "user")
-            ok = False
-        key = h.get("key")
-        key_path = None
-        if key is not None:
-            if not isinstance(key, str) or not key:
-                err(f"key must be the path of a private key file, found {key!r}", "key")
-                ok = False
-            else:
-                key_path = os.path.normpath(os.path.join(base_dir, os.path.expanduser(key)))
-                if not os.path.isfile(key_path):
-                    err(f"key file '{key}' does not exist", "key", f"looked for {key_path}")
-                    ok = False
-                elif key_path.endswith(".pub"):
-                    err(f"key '{key}' is a public key", "key", "give the private key's path (without .pub)")
-                    ok = False
-        mgr = h.get("service_manager", default_mgr)
-        if mgr not in SERVICE_MANAGERS:
-            err(f"unknown service_manager {mgr!r}", "service_manager", "one of: " + ", ".join(SERVICE_MANAGERS))
-            ok = False
-        ports = {}
-        for k in ("slurmd_port", "slurmctld_port"):
-            if h.get(k) is not None:
-                ports[k] = _port(h[k])
-                if ports[k] is None:
-                    err(f"invalid {k} {h[k]!r}", k, "a TCP port, 1-65535")
-                    ok = False
-        if role != "compute" and "slurmd_port" in h:
-            err("slurmd_port is for compute hosts (slurmd runs there)", "slurmd_port")
-            ok = False
-        if role != "controller" and "slurmctld_port" in h:
-            err("slurmctld_port is for the controller host", "slurmctld_port")
-            ok = False
-        nodeset = ""
-        if role == "compute":
-            ref = h.get("nodeset")
-            live = sorted({ns.name for ns in dep.nodesets})
-            if ref is None and len(live) == 1:
-                nodeset = live[0]
-            elif ref is None:
-                err("a compute host needs nodeset, the nodeset it is a node of", None,
-                    "nodesets: " + ", ".join(live) if live else "the blueprint has no nodeset "
-                    "(add a ctk/slurm/nodeset module)")
-                ok = False
-            elif not isinstance(ref, str) or ref not in nodesets:
-                err(f"no nodeset {ref!r}", "nodeset",
-                    (did_you_mean(str(ref), list(nodesets)) if isinstance(ref, str) else "")
-                    or ("nodesets: " + ", ".join(live) if live else "the blueprint has no nodeset"))
-                ok = False
-            else:
-                nodeset = nodesets[ref].name
-        elif h.get("nodeset") is not None:
-            err(f"only compute hosts belong to a nodeset (this one is {role})", "nodeset")
-            ok = False
-        if ok:
-            # each was checked above
-            assert isinstance(name, str) and isinstance(addr, str) and isinstance(role, str) and port is not None
-            machine = (addr.strip(), port)
-            if machine in machines:
-                err(f"{addr}:{port} is listed twice (also as '{machines[machine]}')", "host",
-                    "list each machine once")
-                continue
-            machines[machine] = name
-            out.append(SshHost(name=name, host=addr.strip(), role=role, port=port, user=user, key=key_path,
-                               nodeset=nodeset, slurmd_port=ports.get("slurmd_port"),
-                               slurmctld_port=ports.get("slurmctld_port"), service_manager=mgr))
+    out = _ssh_hosts(hosts, settings, default_mgr, dep, c, doc)
     controllers = [h for h in out if h.role == "controller"]
     if len(controllers) > 1:
         c.add(f"the ssh target lists {len(controllers)} controllers ("
@@ -1048,6 +960,173 @@ def _ssh_target(exp: Expanded, dep: Deployment, c: Collector, doc) -> None:
               "give one host role: controller (slurmctld runs there)")
     if len(c.errors) > n_errors:
         return
+    _ssh_nodes(exp, em, dep, out, c, doc)
+    ctl = controllers[0]
+    if dep.controller is None:
+        dep.controller = Controller("", hostname=ctl.name)
+    else:
+        dep.controller.hostname = ctl.name
+    dep.ssh_hosts = out
+
+
+def _ssh_hosts(hosts: list, settings: tuple, default_mgr: str, dep: Deployment, c: Collector,
+               doc) -> list[SshHost]:
+    """The ssh target's HOSTS (its setting, under SETTINGS) that pass every check, in their
+    order; each problem of each host goes to c."""
+    base_dir = os.path.dirname(os.path.abspath(doc.file))
+    nodesets: dict[str, Nodeset] = {}  # by name and by module id
+    for ns in dep.nodesets:
+        nodesets.setdefault(ns.name, ns)
+        nodesets.setdefault(ns.module_id, ns)
+    out: list[SshHost] = []
+    names: dict[str, int] = {}
+    machines: dict[tuple[str, int], str] = {}
+    for i, h in enumerate(hosts):
+        host = _ssh_host(i, h, settings + ("hosts", i), names, machines, nodesets, base_dir, default_mgr,
+                         dep, c, doc)
+        if host is not None:
+            out.append(host)
+    return out
+
+
+def _ssh_host(i: int, h: Any, here: tuple, names: dict[str, int], machines: dict[tuple[str, int], str],
+              nodesets: dict[str, Nodeset], base_dir: str, default_mgr: str, dep: Deployment,
+              c: Collector, doc) -> SshHost | None:
+    """Host I of the ssh target (H, at HERE): its SshHost, or None once every problem it has is
+    reported. NAMES (name -> index) and MACHINES ((address, port) -> name) hold the hosts before
+    it; they get its own name, and its machine once it passed."""
+    if not isinstance(h, dict):
+        c.add(f"ssh host {i + 1} must be a mapping, found {type(h).__name__}", doc.pos(here),
+              "for example {name: node-0, host: 10.0.0.5, role: compute, nodeset: debug, key: ~/.ssh/id_ed25519}")
+        return None
+    n_errors = len(c.errors)  # the host passes if its checks add none
+    name = h.get("name")
+    label = f" ({name})" if isinstance(name, str) and name else ""
+    prefix = f"ssh host {i + 1}{label}: "
+
+    def err(msg: str, key: str | None, hint: str) -> None:
+        c.add(prefix + msg, doc.pos(here + ((key,) if key else ())), hint)
+
+    for k in h:
+        if k not in SSH_HOST_KEYS:
+            c.add(f"{prefix}unknown key '{k}'", doc.key_pos(here + (k,)),
+                  did_you_mean(str(k), list(SSH_HOST_KEYS)) or "keys: " + ", ".join(SSH_HOST_KEYS))
+    _ssh_host_name(name, i, names, err)
+    addr = h.get("host")
+    if not isinstance(addr, str) or not addr.strip() or any(ch.isspace() for ch in addr.strip()):
+        err("needs host, the address or DNS name ssh connects to" if addr is None else
+            f"invalid host {addr!r}", "host" if addr is not None else None, "")
+    role = h.get("role")
+    if role not in SSH_ROLES:
+        err("needs a role" if role is None else f"unknown role {role!r}", "role" if role is not None else None,
+            did_you_mean(str(role), list(SSH_ROLES)) if isinstance(role, str) else
+            "one of: " + ", ".join(SSH_ROLES))
+    port, user = _ssh_host_login(h, err)
+    key_path = _ssh_host_key(h.get("key"), base_dir, err)
+    mgr = h.get("service_manager", default_mgr)
+    if mgr not in SERVICE_MANAGERS:
+        err(f"unknown service_manager {mgr!r}", "service_manager", "one of: " + ", ".join(SERVICE_MANAGERS))
+    ports = _ssh_daemon_ports(h, role, err)
+    nodeset = _ssh_host_nodeset(h, role, nodesets, dep, err)
+    if len(c.errors) > n_errors:
+        return None
+    # each was checked above
+    assert isinstance(name, str) and isinstance(addr, str) and isinstance(role, str) and port is not None
+    machine = (addr.strip(), port)
+    if machine in machines:
+        err(f"{addr}:{port} is listed twice (also as '{machines[machine]}')", "host", "list each machine once")
+        return None
+    machines[machine] = name
+    return SshHost(name=name, host=addr.strip(), role=role, port=port, user=user, key=key_path,
+                   nodeset=nodeset, slurmd_port=ports.get("slurmd_port"),
+                   slurmctld_port=ports.get("slurmctld_port"), service_manager=mgr)
+
+
+def _ssh_host_name(name: Any, i: int, names: dict[str, int], err: _HostError) -> None:
+    """Host I's name: a hostname (one DNS label) that no host before it has (NAMES: name -> index
+    of the host, which gets this one's)."""
+    if not isinstance(name, str) or not _HOST_NAME_RE.match(name):
+        err("needs a name, a hostname (letters, digits, '-'), which is its Slurm node name"
+            if name is None else f"invalid name {name!r}", "name" if name is not None else None,
+            "use letters, digits and '-', at most 63, not starting or ending with '-'")
+    elif name in names:
+        err(f"name '{name}' is used by host {names[name] + 1} too", "name", "every host needs its own name")
+    else:
+        names[name] = i
+
+
+def _ssh_host_login(h: dict, err: _HostError) -> tuple[int | None, Any]:
+    """The port (None: invalid) and user ssh logs in to host H with."""
+    port = _port(h.get("port", 22))
+    if port is None:
+        err(f"invalid port {h.get('port')!r}", "port", "a TCP port, 1-65535")
+    user = h.get("user", "root")
+    if not isinstance(user, str) or not re.match(r"^[A-Za-z_][A-Za-z0-9_.-]*$", user):
+        err(f"invalid user {user!r}", "user", "")
+    return port, user
+
+
+def _ssh_host_key(key: Any, base_dir: str, err: _HostError) -> str | None:
+    """The path of a host's private key file (KEY, relative to the blueprint's folder BASE_DIR);
+    None without a key or with one that is not a path."""
+    if key is None:
+        return None
+    if not isinstance(key, str) or not key:
+        err(f"key must be the path of a private key file, found {key!r}", "key", "")
+        return None
+    key_path = os.path.normpath(os.path.join(base_dir, os.path.expanduser(key)))
+    if not os.path.isfile(key_path):
+        err(f"key file '{key}' does not exist", "key", f"looked for {key_path}")
+    elif key_path.endswith(".pub"):
+        err(f"key '{key}' is a public key", "key", "give the private key's path (without .pub)")
+    return key_path
+
+
+def _ssh_daemon_ports(h: dict, role: Any, err: _HostError) -> dict[str, int | None]:
+    """Host H's slurmd_port and slurmctld_port (those it sets), each on the role whose daemon
+    listens there."""
+    ports: dict[str, int | None] = {}
+    for k in ("slurmd_port", "slurmctld_port"):
+        if h.get(k) is not None:
+            ports[k] = _port(h[k])
+            if ports[k] is None:
+                err(f"invalid {k} {h[k]!r}", k, "a TCP port, 1-65535")
+    if role != "compute" and "slurmd_port" in h:
+        err("slurmd_port is for compute hosts (slurmd runs there)", "slurmd_port", "")
+    if role != "controller" and "slurmctld_port" in h:
+        err("slurmctld_port is for the controller host", "slurmctld_port", "")
+    return ports
+
+
+def _ssh_host_nodeset(h: dict, role: Any, nodesets: dict[str, Nodeset], dep: Deployment,
+                      err: _HostError) -> str:
+    """The name of the nodeset a compute host H is a node of (NODESETS: by name and by module id;
+    the blueprint's only one when H names none); "" for other roles, and for a wrong one."""
+    if role != "compute":
+        if h.get("nodeset") is not None:
+            err(f"only compute hosts belong to a nodeset (this one is {role})", "nodeset", "")
+        return ""
+    ref = h.get("nodeset")
+    live = sorted({ns.name for ns in dep.nodesets})
+    if ref is None and len(live) == 1:
+        return live[0]
+    if ref is None:
+        err("a compute host needs nodeset, the nodeset it is a node of", None,
+            "nodesets: " + ", ".join(live) if live else "the blueprint has no nodeset "
+            "(add a ctk/slurm/nodeset module)")
+    elif not isinstance(ref, str) or ref not in nodesets:
+        err(f"no nodeset {ref!r}", "nodeset",
+            (did_you_mean(str(ref), list(nodesets)) if isinstance(ref, str) else "")
+            or ("nodesets: " + ", ".join(live) if live else "the blueprint has no nodeset"))
+    else:
+        return nodesets[ref].name
+    return ""
+
+
+def _ssh_nodes(exp: Expanded, em: ExpandedModule, dep: Deployment, out: list[SshHost], c: Collector,
+               doc) -> None:
+    """Each nodeset's nodes become its compute hosts among OUT, all static; a nodeset with more
+    static nodes than hosts is an error (EM: the ssh target's module)."""
     for ns in dep.nodesets:
         mine = [h.name for h in out if h.role == "compute" and h.nodeset == ns.name]
         if ns.node_count_static > len(mine):
@@ -1062,12 +1141,6 @@ def _ssh_target(exp: Expanded, dep: Deployment, c: Collector, doc) -> None:
         # Existing machines are all up: every host is a static node, named as the blueprint names it.
         ns.hostnames = mine
         ns.node_count_static, ns.node_count_dynamic_max = len(mine), 0
-    ctl = controllers[0]
-    if dep.controller is None:
-        dep.controller = Controller("", hostname=ctl.name)
-    else:
-        dep.controller.hostname = ctl.name
-    dep.ssh_hosts = out
 
 
 def process(path: str, cli_vars: list[str] | tuple = (), deployment_file: str | None = None) -> Expanded:

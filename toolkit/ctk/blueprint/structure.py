@@ -94,7 +94,21 @@ def check_structure(doc: Document, c: Collector) -> Blueprint | None:
               "start with 'blueprint_name: NAME'")
         return None
     _unknown_keys(c, doc, (), v, TOP_LEVEL_KEYS, "top-level")
+    name = _blueprint_name(doc, c, v)
+    bvars = _blueprint_vars(doc, c, v)
+    level = _validation_level(doc, c, v)
+    validators = _validators(doc, c, v)
+    for key in ("terraform_backend_defaults",):
+        if key in v and v[key] is not None and not isinstance(v[key], dict):
+            c.add(f"'{key}' must be a mapping", doc.pos((key,)))
+    groups = _groups(doc, c, v)
+    extra = {k: v[k] for k in v if k in TOP_LEVEL_KEYS and k not in
+             ("blueprint_name", "vars", "deployment_groups", "validators", "validation_level")}
+    return Blueprint(doc, name or "", dict(bvars), groups, validators, level, extra)
 
+
+def _blueprint_name(doc: Document, c: Collector, v: dict) -> str:
+    """The blueprint's name (as written when it is not a valid one; "" when missing)."""
     name = v.get("blueprint_name")
     if "blueprint_name" not in v:
         c.add("missing required key 'blueprint_name'", doc.pos(()), "add 'blueprint_name: my-cluster'")
@@ -103,14 +117,22 @@ def check_structure(doc: Document, c: Collector) -> Blueprint | None:
         c.add(f"invalid blueprint_name {name!r}", doc.pos(("blueprint_name",)),
               "use 1-63 lowercase letters, digits, '-' or '_'")
         name = str(name)
+    return name
 
+
+def _blueprint_vars(doc: Document, c: Collector, v: dict) -> dict:
+    """The blueprint's vars ({} when missing or not a mapping)."""
     bvars = v.get("vars", {})
     if bvars is None:
         bvars = {}
     if not isinstance(bvars, dict):
         c.add(f"'vars' must be a mapping, found {_type_name(bvars)}", doc.pos(("vars",)))
         bvars = {}
+    return bvars
 
+
+def _validation_level(doc: Document, c: Collector, v: dict) -> int:
+    """The blueprint's validation_level as a number (1, WARNING, when missing or unknown)."""
     level = v.get("validation_level", 1)
     if level not in VALIDATION_LEVELS:
         c.add(f"invalid validation_level {level!r}", doc.pos(("validation_level",)),
@@ -118,7 +140,11 @@ def check_structure(doc: Document, c: Collector) -> Blueprint | None:
         level = 1
     if isinstance(level, str):
         level = VALIDATION_LEVELS[level]
+    return level
 
+
+def _validators(doc: Document, c: Collector, v: dict) -> list:
+    """The blueprint's validators, as written, each checked ([] when not a list)."""
     validators = v.get("validators") or []
     if not isinstance(validators, list):
         c.add("'validators' must be a list", doc.pos(("validators",)))
@@ -138,11 +164,12 @@ def check_structure(doc: Document, c: Collector) -> Blueprint | None:
             c.add("validator 'skip' must be true or false", doc.pos(p + ("skip",)))
         if "inputs" in val and not isinstance(val["inputs"], (dict, type(None))):
             c.add("validator 'inputs' must be a mapping", doc.pos(p + ("inputs",)))
+    return validators
 
-    for key in ("terraform_backend_defaults",):
-        if key in v and v[key] is not None and not isinstance(v[key], dict):
-            c.add(f"'{key}' must be a mapping", doc.pos((key,)))
 
+def _groups(doc: Document, c: Collector, v: dict) -> list[Group]:
+    """The blueprint's deployment groups with their modules; a group or module with errors is
+    left out (a group whose name is wrong is kept, named #INDEX)."""
     groups: list[Group] = []
     raw_groups = v.get("deployment_groups")
     if "deployment_groups" not in v:
@@ -161,18 +188,7 @@ def check_structure(doc: Document, c: Collector) -> Blueprint | None:
             c.add(f"a deployment group must be a mapping, found {_type_name(g)}", doc.pos(gp))
             continue
         _unknown_keys(c, doc, gp, g, GROUP_KEYS, "deployment group")
-        gname = g.get("group")
-        if not isinstance(gname, str) or not GROUP_RE.match(gname):
-            c.add("deployment group needs a 'group' name of letters, digits, '-' or '_'"
-                  if "group" not in g else f"invalid group name {gname!r}",
-                  doc.pos(gp + (("group",) if "group" in g else ())),
-                  "add 'group: primary'" if "group" not in g else "use letters, digits, '-' or '_'")
-            gname = f"#{gi}"
-        elif gname in seen_groups:
-            first_at = doc.pos(seen_groups[gname])
-            c.add(f"duplicate group name '{gname}'" + (f" (first at line {first_at.line})" if first_at else ""),
-                  doc.pos(gp + ("group",)))
-        seen_groups.setdefault(gname, gp + ("group",))
+        gname = _group_name(doc, c, g, gi, seen_groups)
         group = Group(gname, gi, gp, extra={k: g[k] for k in g if k not in ("group", "modules")})
         groups.append(group)
         mods = g.get("modules")
@@ -180,20 +196,42 @@ def check_structure(doc: Document, c: Collector) -> Blueprint | None:
             c.add(f"group '{gname}' needs a non-empty 'modules' list",
                   doc.pos(gp + (("modules",) if "modules" in g else ())))
             continue
-        for mi, m in enumerate(mods):
-            mp = gp + ("modules", mi)
-            mod = _check_module(doc, c, m, mp, gname, gi, seen_ids)
-            if mod:
-                first = group.modules[0] if group.modules else None
-                if first is not None and first.kind != mod.kind and "kind" in m:
-                    c.add(f"group '{gname}' mixes {first.kind} and {mod.kind} modules",
-                          doc.pos(mp + ("kind",)),
-                          f"put '{mod.id}' in a deployment group of its own kind")
-                group.modules.append(mod)
+        _group_modules(doc, c, group, mods, seen_ids)
+    return groups
 
-    extra = {k: v[k] for k in v if k in TOP_LEVEL_KEYS and k not in
-             ("blueprint_name", "vars", "deployment_groups", "validators", "validation_level")}
-    return Blueprint(doc, name or "", dict(bvars), groups, validators, level, extra)
+
+def _group_name(doc: Document, c: Collector, g: dict, gi: int, seen_groups: dict[str, tuple]) -> str:
+    """The name of group GI (G), or #GI when it has no valid one. SEEN_GROUPS (name -> path of the
+    first group's name) gets it."""
+    gp = ("deployment_groups", gi)
+    gname = g.get("group")
+    if not isinstance(gname, str) or not GROUP_RE.match(gname):
+        c.add("deployment group needs a 'group' name of letters, digits, '-' or '_'"
+              if "group" not in g else f"invalid group name {gname!r}",
+              doc.pos(gp + (("group",) if "group" in g else ())),
+              "add 'group: primary'" if "group" not in g else "use letters, digits, '-' or '_'")
+        gname = f"#{gi}"
+    elif gname in seen_groups:
+        first_at = doc.pos(seen_groups[gname])
+        c.add(f"duplicate group name '{gname}'" + (f" (first at line {first_at.line})" if first_at else ""),
+              doc.pos(gp + ("group",)))
+    seen_groups.setdefault(gname, gp + ("group",))
+    return gname
+
+
+def _group_modules(doc: Document, c: Collector, group: Group, mods: list, seen_ids: dict[str, tuple]) -> None:
+    """GROUP gets its modules (MODS, as written) that have no errors; SEEN_IDS (module id -> path
+    of the first one's id) gets their ids."""
+    for mi, m in enumerate(mods):
+        mp = group.path + ("modules", mi)
+        mod = _check_module(doc, c, m, mp, group.name, group.index, seen_ids)
+        if mod:
+            first = group.modules[0] if group.modules else None
+            if first is not None and first.kind != mod.kind and "kind" in m:
+                c.add(f"group '{group.name}' mixes {first.kind} and {mod.kind} modules",
+                      doc.pos(mp + ("kind",)),
+                      f"put '{mod.id}' in a deployment group of its own kind")
+            group.modules.append(mod)
 
 
 def _check_module(doc, c, m, mp, gname, gi, seen_ids) -> Module | None:

@@ -13,6 +13,15 @@ from .common import BlueprintRef, blueprint_args, progress_of
 
 
 def add_parsers(sub) -> None:
+    _add_deploy(sub)
+    _add_status(sub)
+    _add_destroy(sub)
+    _add_exec(sub)
+    _add_preempt(sub)
+    _add_env(sub)
+
+
+def _add_deploy(sub) -> None:
     p = sub.add_parser("deploy", help="build the images and bring the cluster up (local target: this machine)",
                        description="Create or update the deployment folder, build or reuse the images, and "
                        "boot one lab node per Slurm node (controller, computes, login) on this machine. "
@@ -44,11 +53,15 @@ def add_parsers(sub) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable result")
     p.set_defaults(run=deploy)
 
+
+def _add_status(sub) -> None:
     p = sub.add_parser("status", help="nodes and partitions of a deployed cluster (lab or ssh target)")
     p.add_argument("dir", nargs="?", default=".", help="deployment folder (default: .)")
     p.add_argument("--json", action="store_true", help="machine-readable status")
     p.set_defaults(run=status)
 
+
+def _add_destroy(sub) -> None:
     p = sub.add_parser("destroy", help="stop every daemon of a lab cluster and free its addresses and ports, "
                        "keeping its users' data (ssh target: stop the daemons on the hosts; packages stay)",
                        description="Stop a deployment. On a lab, what users made stays in DIR/lab and is "
@@ -69,6 +82,8 @@ def add_parsers(sub) -> None:
                    "deleted folder is listed)")
     p.set_defaults(run=destroy)
 
+
+def _add_exec(sub) -> None:
     p = sub.add_parser("exec", help="run a command inside a node of a lab cluster (ssh target: on a host, over SSH)",
                        usage="ctk exec [--user NAME] DIR NODE -- CMD [ARG...]",
                        description="Run CMD in NODE. On a lab it runs as root of the node (with the node's "
@@ -80,6 +95,8 @@ def add_parsers(sub) -> None:
     p.add_argument("command", nargs=argparse.REMAINDER, help="command to run (after --)")
     p.set_defaults(run=exec_)
 
+
+def _add_preempt(sub) -> None:
     p = sub.add_parser("preempt", help="preempt Spot nodes of a lab as Google Cloud does (notice, SIGTERM, "
                        "down); Slurm requeues their jobs",
                        description="Give each NODE (a powered-up node of a Spot or preemptible nodeset of a "
@@ -98,6 +115,8 @@ def add_parsers(sub) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable result")
     p.set_defaults(run=preempt)
 
+
+def _add_env(sub) -> None:
     p = sub.add_parser("env", help="print exports that point the host's sbatch/srun/squeue at a lab cluster "
                        "(or an ssh target's)",
                        description='Use as: eval "$(ctk env DIR)". On a lab the commands run in its login '

@@ -28,46 +28,65 @@ def add_parsers(sub) -> None:
                          "goes away on its own (it stays queued).")
     job.set_defaults(run=lambda args: show_help(job))
     jsub = job.add_subparsers(dest="job_cmd", metavar="SUBCOMMAND", parser_class=Parser)
+    _add_templates(jsub)
+    _add_render(jsub)
+    _add_submit(jsub)
+    _add_status(jsub)
+    _add_logs(jsub)
+    _add_cancel(jsub)
+    _add_list(jsub)
+    _add_efficiency(jsub)
 
-    def cluster_args(p, deployment_help="deployment folder of a local cluster"):
-        g = p.add_argument_group("cluster (one of; neither: this machine's own Slurm, as on a login node)")
-        g.add_argument("--deployment", metavar="DIR", help=deployment_help)
-        g.add_argument("--host", metavar="USER@HOST[:PORT]",
-                       help="a login node reached over SSH (Fabric); also a Host of your SSH config")
-        g.add_argument("-i", "--identity", metavar="FILE", help="with --host: the SSH private key")
-        g.add_argument("--ssh-config", metavar="FILE", help="with --host: an SSH config file (default ~/.ssh/config)")
 
-    def job_option_args(p):
-        g = p.add_argument_group("job options (each an #SBATCH line after the template's own, which it overrides)")
-        g.add_argument("--time", metavar="TIME", help="time limit (HH:MM:SS, D-HH:MM:SS, MM; checked against the "
-                       "partition's MaxTime before submission)")
-        g.add_argument("--mem", metavar="SIZE", help="memory per node (4G, 512M; default: the partition's "
-                       "DefMemPerCPU times the CPUs)")
-        g.add_argument("--ntasks-per-node", type=int, metavar="N",
-                       help="processes per node (the templates start one per node, or one per GPU on GPU nodes)")
-        g.add_argument("--dependency", metavar="DEP", help="start after other jobs: afterok:12, afterany:12:13, "
-                       "singleton (ctk job status shows DependencyNeverSatisfied when it cannot be met)")
-        g.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
-                       help="an environment variable of the job, exported after the #SBATCH lines (repeatable; "
-                       "the template's own settings, set later, win)")
-        g.add_argument("--chdir", metavar="DIR", help="the folder the job runs in, as the nodes see it; relative "
-                       "paths in the command and the logs are in it (default: the folder you submit from, where "
-                       "the cluster shares it: this machine's own cluster, a lab's /home; else ~/.ctk-jobs)")
-        g.add_argument("--sbatch", action="append", default=[], metavar="OPT", dest="sbatch_args",
-                       help="any other sbatch option, as one word (repeatable), e.g. --sbatch=--hold or "
-                       "--sbatch=--exclusive")
+def _cluster_args(p, deployment_help="deployment folder of a local cluster") -> None:
+    """The flags naming the cluster a subcommand works on."""
+    g = p.add_argument_group("cluster (one of; neither: this machine's own Slurm, as on a login node)")
+    g.add_argument("--deployment", metavar="DIR", help=deployment_help)
+    g.add_argument("--host", metavar="USER@HOST[:PORT]",
+                   help="a login node reached over SSH (Fabric); also a Host of your SSH config")
+    g.add_argument("-i", "--identity", metavar="FILE", help="with --host: the SSH private key")
+    g.add_argument("--ssh-config", metavar="FILE", help="with --host: an SSH config file (default ~/.ssh/config)")
 
-    def template_args(p):
-        p.add_argument("template", help="template name (see ctk job templates)")
-        p.add_argument("--set", action="append", default=[], metavar="K=V", dest="sets",
-                       help="set a template parameter (repeatable; lists as [a, b] or a,b)")
-        p.add_argument("--nodes", metavar="N", help="number of nodes (same as --set nodes=N)")
-        p.add_argument("--nodeset", metavar="NAME", help="nodeset to run on (default: the default partition's first)")
-        p.set_defaults(command=[])  # the words after `--` (split off in main)
 
+def _job_option_args(p) -> None:
+    """The flags that become #SBATCH lines of a rendered job (ctk.jobs.options.JobOptions)."""
+    g = p.add_argument_group("job options (each an #SBATCH line after the template's own, which it overrides)")
+    g.add_argument("--time", metavar="TIME", help="time limit (HH:MM:SS, D-HH:MM:SS, MM; checked against the "
+                   "partition's MaxTime before submission)")
+    g.add_argument("--mem", metavar="SIZE", help="memory per node (4G, 512M; default: the partition's "
+                   "DefMemPerCPU times the CPUs)")
+    g.add_argument("--ntasks-per-node", type=int, metavar="N",
+                   help="processes per node (the templates start one per node, or one per GPU on GPU nodes)")
+    g.add_argument("--dependency", metavar="DEP", help="start after other jobs: afterok:12, afterany:12:13, "
+                   "singleton (ctk job status shows DependencyNeverSatisfied when it cannot be met)")
+    g.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                   help="an environment variable of the job, exported after the #SBATCH lines (repeatable; "
+                   "the template's own settings, set later, win)")
+    g.add_argument("--chdir", metavar="DIR", help="the folder the job runs in, as the nodes see it; relative "
+                   "paths in the command and the logs are in it (default: the folder you submit from, where "
+                   "the cluster shares it: this machine's own cluster, a lab's /home; else ~/.ctk-jobs)")
+    g.add_argument("--sbatch", action="append", default=[], metavar="OPT", dest="sbatch_args",
+                   help="any other sbatch option, as one word (repeatable), e.g. --sbatch=--hold or "
+                   "--sbatch=--exclusive")
+
+
+def _template_args(p) -> None:
+    """The template a subcommand renders and its parameters."""
+    p.add_argument("template", help="template name (see ctk job templates)")
+    p.add_argument("--set", action="append", default=[], metavar="K=V", dest="sets",
+                   help="set a template parameter (repeatable; lists as [a, b] or a,b)")
+    p.add_argument("--nodes", metavar="N", help="number of nodes (same as --set nodes=N)")
+    p.add_argument("--nodeset", metavar="NAME", help="nodeset to run on (default: the default partition's first)")
+    p.set_defaults(command=[])  # the words after `--` (split off in main)
+
+
+def _add_templates(jsub) -> None:
     p = jsub.add_parser("templates", help="the templates and their parameters")
     p.add_argument("--json", action="store_true", help="machine-readable list")
     p.set_defaults(run=templates)
+
+
+def _add_render(jsub) -> None:
     p = jsub.add_parser("render", help="print the batch script of a template",
                         usage="ctk job render TEMPLATE [--set K=V]... [--nodes N] [--deployment DIR] "
                         "[--nodeset NAME] [--time T] [--mem SIZE] [--ntasks-per-node N] [--dependency DEP] "
@@ -76,13 +95,15 @@ def add_parsers(sub) -> None:
                         description="Print the batch script. With --check, also ask the cluster whether it "
                         "would run it (sbatch --test-only: nothing is queued); the answer goes to stderr "
                         "and a refusal exits 1.")
-    template_args(p)
-    job_option_args(p)
-    cluster_args(p, "deployment folder whose deployment.json describes the cluster (and, with --check, "
-                 "the local cluster that checks it)")
+    _template_args(p)
+    _job_option_args(p)
+    _cluster_args(p, "deployment folder whose deployment.json describes the cluster (and, with --check, "
+                  "the local cluster that checks it)")
     p.add_argument("--check", action="store_true", help="run sbatch --test-only on the cluster")
     p.set_defaults(run=render)
 
+
+def _add_submit(jsub) -> None:
     p = jsub.add_parser("submit", help="render a template and submit it; print the job id",
                         usage="ctk job submit TEMPLATE [--deployment DIR | --host USER@HOST] [--set K=V]... "
                         "[--nodes N] [--nodeset NAME] [--time T] [--mem SIZE] [--ntasks-per-node N] "
@@ -99,9 +120,9 @@ def add_parsers(sub) -> None:
                         "never start it. The job is recorded in the local registry, so status/logs/cancel "
                         "work later. With --host and --deployment, the facts come from the deployment and the "
                         "job goes to the host.")
-    template_args(p)
-    job_option_args(p)
-    cluster_args(p)
+    _template_args(p)
+    _job_option_args(p)
+    _cluster_args(p)
     p.add_argument("--wait", action="store_true",
                    help="follow the job to its end: exit 0 if it completed, 3 if it failed (its own exit code is "
                    "printed, and in --json), 4 if it was cancelled, timed out, lost its node or was preempted, "
@@ -109,34 +130,49 @@ def add_parsers(sub) -> None:
     p.add_argument("--json", action="store_true",
                    help="print the job's record as JSON (with --wait: also its final state and exit code)")
     p.set_defaults(run=submit)
+
+
+def _add_status(jsub) -> None:
     p = jsub.add_parser("status", help="Slurm state of jobs submitted through ctk (one squeue call)",
                         description="States from one squeue call; jobs Slurm no longer lists come from "
                         "the registry (final states seen before), the accounting database (sacct) or, "
                         "in a lab, slurmctld's job completion log.")
     p.add_argument("ids", nargs="*", metavar="ID", help="job ids (default: every job in the registry)")
-    cluster_args(p)
+    _cluster_args(p)
     p.add_argument("--json", action="store_true", help="machine-readable states")
     p.set_defaults(run=status)
+
+
+def _add_logs(jsub) -> None:
     p = jsub.add_parser("logs", help="print a job's stdout (ID_TASK: one array task's)")
     p.add_argument("id", metavar="ID", help="job id, or ID_TASK for one task of an array job")
-    cluster_args(p)
+    _cluster_args(p)
     p.add_argument("-f", "--follow", action="store_true", help="keep printing until the job ends")
     p.add_argument("--stderr", action="store_true", help="the job's stderr instead")
     p.set_defaults(run=logs)
+
+
+def _add_cancel(jsub) -> None:
     p = jsub.add_parser("cancel", help="cancel a job (scancel)")
     p.add_argument("id", metavar="ID", help="job id")
-    cluster_args(p)
+    _cluster_args(p)
     p.set_defaults(run=cancel)
+
+
+def _add_list(jsub) -> None:
     p = jsub.add_parser("list", help="jobs submitted through ctk to a cluster (the local registry)")
-    cluster_args(p)
+    _cluster_args(p)
     p.add_argument("--json", action="store_true", help="the registry's records as JSON")
     p.set_defaults(run=list_)
+
+
+def _add_efficiency(jsub) -> None:
     p = jsub.add_parser("efficiency", help="how well a finished job used its CPUs and memory (as seff does)",
                         description="CPU time against the CPUs the job held for its run, and its largest "
                         "task's memory against the memory it held, from one sacct call (the cluster "
                         "keeps accounting). An array job gets a report for each task.")
     p.add_argument("id", metavar="ID", help="job id, or ID_TASK for one task of an array job")
-    cluster_args(p)
+    _cluster_args(p)
     p.add_argument("--json", action="store_true", help="the figures as JSON")
     p.set_defaults(run=efficiency)
 

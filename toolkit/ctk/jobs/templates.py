@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -383,12 +384,16 @@ def _time_seconds(v: str) -> int | None:
     return parts[0] * 3600 + parts[1] * 60 + parts[2]  # HH:MM:SS
 
 
+# Makes the error of a value that does not convert, given what is wrong with it ("": its type).
+_Bad = Callable[[str], UserError]
+
+
 def _coerce(p: Param, value: Any, ctx: str, shown: bool = False) -> Any:
     """VALUE converted to P's type; strings (from --set) are parsed. Raises UserError, whose
     message repeats VALUE (cut short) unless CTX already SHOWN it."""
     raw, t = value, p.type
 
-    def bad(why: str = ""):
+    def bad(why: str = "") -> UserError:
         got = "" if shown else f", got {clip(raw)}"
         if t == "list":
             hint = _LIST_HINT
@@ -400,68 +405,17 @@ def _coerce(p: Param, value: Any, ctx: str, shown: bool = False) -> Any:
 
     if isinstance(value, str) and len(value.encode("utf-8", "surrogatepass")) > MAX_VALUE:
         raise bad(f" of at most {MAX_VALUE // 1024} KiB")
+    v: Any
     if t == "str":
-        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
-            raise bad()
-        v: Any = str(value)
-        if "\x00" in v:
-            raise bad(" without NUL characters")
-        if p.pattern and v != "":  # "" means "not set": the template leaves the line out
-            rx, what = PATTERNS[p.pattern]
-            if not rx.fullmatch(v):
-                raise bad(f" ({what})")
-            if p.pattern == "time":
-                secs = _time_seconds(v)
-                if secs == 0:
-                    raise bad(" above zero (Slurm reads 0 as no limit: write UNLIMITED for that)")
-                if secs is not None and secs > MAX_TIME_DAYS * 86400:
-                    raise bad(f" of at most {MAX_TIME_DAYS} days ({MAX_TIME_DAYS}-00:00:00; "
-                              "UNLIMITED for no limit)")
+        v = _coerce_str(p, value, bad)
     elif t == "int":
-        if isinstance(value, bool):
-            raise bad()
-        if isinstance(value, int):
-            v = value
-        elif isinstance(value, str) and re.fullmatch(r"[+-]?\d{1,18}", value.strip()):
-            v = int(value.strip())
-        else:
-            raise bad(" (a whole number)")
+        v = _coerce_int(value, bad)
     elif t == "float":
-        if isinstance(value, bool):
-            raise bad()
-        try:
-            v = float(value)
-        except (TypeError, ValueError):
-            raise bad(" (a number)") from None
-        if v != v or v in (float("inf"), float("-inf")):
-            raise bad(" (a finite number)")
+        v = _coerce_float(value, bad)
     elif t == "bool":
-        if isinstance(value, bool):
-            v = value
-        elif isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
-            v = value.strip().lower() in _TRUE
-        else:
-            raise bad(" (true or false)")
+        v = _coerce_bool(value, bad)
     else:  # list
-        if isinstance(value, str):
-            s = value.strip()
-            if s.startswith("["):
-                try:
-                    value = _flow_list(s)
-                except _ListSyntax as e:
-                    raise bad(f"{_LIST_HELP}: {e}") from None
-            else:
-                value = s.split(",") if s else []
-        if not isinstance(value, (list, tuple)):
-            raise bad(_LIST_HELP)
-        v = []
-        for x in value:
-            if isinstance(x, (list, dict)) or x is None:
-                raise bad(" (a list of plain values)")
-            x = str(x).lower() if isinstance(x, bool) else str(x)
-            if "\x00" in x:
-                raise bad(" without NUL characters")
-            v.append(x)
+        v = _coerce_list(value, bad)
     if t in ("int", "float"):
         if p.min is not None and v < p.min:
             raise bad(f" >= {p.min}")
@@ -469,6 +423,85 @@ def _coerce(p: Param, value: Any, ctx: str, shown: bool = False) -> Any:
             raise bad(f" <= {p.max}")
     if p.choices and v not in p.choices:
         raise bad(f" (one of {', '.join(map(str, p.choices))})")
+    return v
+
+
+def _coerce_str(p: Param, value: Any, bad: _Bad) -> str:
+    """A str parameter's VALUE (a string or a number), matching P's pattern if it has one."""
+    if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+        raise bad("")
+    v = str(value)
+    if "\x00" in v:
+        raise bad(" without NUL characters")
+    if p.pattern and v != "":  # "" means "not set": the template leaves the line out
+        rx, what = PATTERNS[p.pattern]
+        if not rx.fullmatch(v):
+            raise bad(f" ({what})")
+        if p.pattern == "time":
+            secs = _time_seconds(v)
+            if secs == 0:
+                raise bad(" above zero (Slurm reads 0 as no limit: write UNLIMITED for that)")
+            if secs is not None and secs > MAX_TIME_DAYS * 86400:
+                raise bad(f" of at most {MAX_TIME_DAYS} days ({MAX_TIME_DAYS}-00:00:00; "
+                          "UNLIMITED for no limit)")
+    return v
+
+
+def _coerce_int(value: Any, bad: _Bad) -> int:
+    """An int parameter's VALUE: an int, or a string of at most 18 digits (no bool)."""
+    if isinstance(value, bool):
+        raise bad("")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and re.fullmatch(r"[+-]?\d{1,18}", value.strip()):
+        return int(value.strip())
+    raise bad(" (a whole number)")
+
+
+def _coerce_float(value: Any, bad: _Bad) -> float:
+    """A float parameter's VALUE: anything float() reads as a finite number (no bool)."""
+    if isinstance(value, bool):
+        raise bad("")
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise bad(" (a number)") from None
+    if v != v or v in (float("inf"), float("-inf")):
+        raise bad(" (a finite number)")
+    return v
+
+
+def _coerce_bool(value: Any, bad: _Bad) -> bool:
+    """A bool parameter's VALUE: a bool, or one of the words of _TRUE and _FALSE."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+        return value.strip().lower() in _TRUE
+    raise bad(" (true or false)")
+
+
+def _coerce_list(value: Any, bad: _Bad) -> list[str]:
+    """A list parameter's VALUE as strings: a list or tuple of plain values, or a string (a flow
+    list, [a, b], or comma-separated words)."""
+    if isinstance(value, str):
+        s = value.strip()
+        if s.startswith("["):
+            try:
+                value = _flow_list(s)
+            except _ListSyntax as e:
+                raise bad(f"{_LIST_HELP}: {e}") from None
+        else:
+            value = s.split(",") if s else []
+    if not isinstance(value, (list, tuple)):
+        raise bad(_LIST_HELP)
+    v = []
+    for x in value:
+        if isinstance(x, (list, dict)) or x is None:
+            raise bad(" (a list of plain values)")
+        x = str(x).lower() if isinstance(x, bool) else str(x)
+        if "\x00" in x:
+            raise bad(" without NUL characters")
+        v.append(x)
     return v
 
 

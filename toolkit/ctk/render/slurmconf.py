@@ -325,38 +325,25 @@ def _node_params(ns: Nodeset) -> Params:
 
 def _base_params(dep: Deployment, layout: NodeLayout | None, has_gpus: bool) -> list[Params]:
     """The global part of slurm.conf, as sections of (key, value)."""
+    return [_identity_params(dep, layout), _scheduling_params(dep, layout, has_gpus), _timeout_params(layout),
+            _path_params(layout), _power_saving(dep, layout)]
+
+
+def _identity_params(dep: Deployment, layout: NodeLayout | None) -> Params:
+    """The cluster, its controller and ports, the Slurm user and the authentication. Without a
+    layout (production) the controller's hostname and the standard ports; a deployment without
+    a controller is a ValueError then."""
     if layout is None:
         if dep.controller is None:
             raise ValueError("deployment has no controller: cannot render a production slurm.conf")
         ctld_host = dep.controller.hostname
         ctld_port, slurmd_port = PROD_SLURMCTLD_PORT, PROD_SLURMD_PORT
         user = PROD_SLURM_USER
-        state_dir = PROD_STATE_DIR
-        spool = PROD_SPOOL_DIR
-        ctld_log = f"{PROD_LOG_DIR}/slurmctld.log"
-        slurmd_log = f"{PROD_LOG_DIR}/slurmd.log"
-        ctld_pid = f"{PROD_PID_DIR}/slurmctld.pid"
-        slurmd_pid = f"{PROD_PID_DIR}/slurmd.pid"
-        proctrack, task = "proctrack/cgroup", "task/cgroup,task/affinity"
     else:
         ctld_host = f"{layout.controller_host}({layout.controller_addr})"
         ctld_port = layout.controller_port
         slurmd_port = layout.slurmd_port if layout.slurmd_port is not None else ctld_port + 1
         user = layout.slurm_user
-        state_dir = layout.state_dir
-        # %n is replaced by the node name, so every slurmd on the host gets its own files.
-        per_node = "-%n" if layout.per_node_files else ""
-        spool = f"{layout.spool_dir}/%n" if layout.per_node_files else layout.spool_dir
-        ctld_log = f"{layout.log_dir}/slurmctld.log"
-        slurmd_log = f"{layout.log_dir}/slurmd{per_node}.log"
-        ctld_pid = f"{layout.pid_dir}/slurmctld.pid"
-        slurmd_pid = f"{layout.pid_dir}/slurmd{per_node}.pid"
-        # No cgroups: the local target also runs in containers where slurmd cannot
-        # create cgroups, and several slurmd on one host would fight over them. No task
-        # plugin either (22.05's task/none, the default; 24.11 has no such plugin).
-        proctrack, task = "proctrack/linuxproc", None
-    slurmd_params = [] if layout is None else [("SlurmdParameters", "config_overrides")]
-
     identity: Params = [
         ("ClusterName", dep.slurm_cluster_name),
         ("SlurmctldHost", ctld_host),
@@ -375,7 +362,19 @@ def _base_params(dep: Deployment, layout: NodeLayout | None, has_gpus: bool) -> 
         identity.append(("CredType", "cred/munge"))
     if layout is not None and layout.bind_own_address:
         identity.append(("CommunicationParameters", "NoCtldInAddrAny,NoInAddrAny"))
+    return identity
 
+
+def _scheduling_params(dep: Deployment, layout: NodeLayout | None, has_gpus: bool) -> Params:
+    """Process tracking, resource selection, scheduling, priorities, accounting."""
+    if layout is None:
+        proctrack, task = "proctrack/cgroup", "task/cgroup,task/affinity"
+    else:
+        # No cgroups: the local target also runs in containers where slurmd cannot
+        # create cgroups, and several slurmd on one host would fight over them. No task
+        # plugin either (22.05's task/none, the default; 24.11 has no such plugin).
+        proctrack, task = "proctrack/linuxproc", None
+    slurmd_params = [] if layout is None else [("SlurmdParameters", "config_overrides")]
     scheduling: Params = [
         ("ProctrackType", proctrack),
         *([("TaskPlugin", task)] if task else []),
@@ -401,8 +400,12 @@ def _base_params(dep: Deployment, layout: NodeLayout | None, has_gpus: bool) -> 
           if layout is not None and layout.job_comp_loc else []),
         *slurmd_params,
     ]
+    return scheduling
 
-    timeouts: Params = [
+
+def _timeout_params(layout: NodeLayout | None) -> Params:
+    """The daemons' timeouts, and how long a finished job stays in slurmctld's memory."""
+    return [
         ("SlurmctldTimeout", "120"),
         ("SlurmdTimeout", str(layout.slurmd_timeout if layout is not None else 300)),
         ("MessageTimeout", "30"),
@@ -412,7 +415,27 @@ def _base_params(dep: Deployment, layout: NodeLayout | None, has_gpus: bool) -> 
         ("Waittime", "0"),
     ]
 
-    paths: Params = [
+
+def _path_params(layout: NodeLayout | None) -> Params:
+    """The daemons' state, spool, pid and log files: a layout's (one set per node where nodes
+    share a host), else the production ones."""
+    if layout is None:
+        state_dir = PROD_STATE_DIR
+        spool = PROD_SPOOL_DIR
+        ctld_log = f"{PROD_LOG_DIR}/slurmctld.log"
+        slurmd_log = f"{PROD_LOG_DIR}/slurmd.log"
+        ctld_pid = f"{PROD_PID_DIR}/slurmctld.pid"
+        slurmd_pid = f"{PROD_PID_DIR}/slurmd.pid"
+    else:
+        state_dir = layout.state_dir
+        # %n is replaced by the node name, so every slurmd on the host gets its own files.
+        per_node = "-%n" if layout.per_node_files else ""
+        spool = f"{layout.spool_dir}/%n" if layout.per_node_files else layout.spool_dir
+        ctld_log = f"{layout.log_dir}/slurmctld.log"
+        slurmd_log = f"{layout.log_dir}/slurmd{per_node}.log"
+        ctld_pid = f"{layout.pid_dir}/slurmctld.pid"
+        slurmd_pid = f"{layout.pid_dir}/slurmd{per_node}.pid"
+    return [
         ("StateSaveLocation", state_dir),
         ("SlurmdSpoolDir", spool),
         ("SlurmctldPidFile", ctld_pid),
@@ -422,7 +445,6 @@ def _base_params(dep: Deployment, layout: NodeLayout | None, has_gpus: bool) -> 
         ("SlurmctldDebug", "info"),
         ("SlurmdDebug", "info"),
     ]
-    return [identity, scheduling, timeouts, paths, _power_saving(dep, layout)]
 
 
 def _power_saving(dep: Deployment, layout: NodeLayout | None) -> Params:

@@ -186,34 +186,12 @@ def stack_problems(stack: Stack, c: Collector) -> None:
         _add(c, stack, f"unknown accelerator '{stack.accelerator}'",
              did_you_mean(str(stack.accelerator), ACCELERATORS) or f"one of {', '.join(ACCELERATORS)}")
         return
-    if not stack.pythons:
-        _add(c, stack, "python lists no Python version", 'for example python: ["3.13"]')
-    jax_min = JAX_REQUIRES_PYTHON.get(str(stack.version("jax")))
-    for py in stack.pythons:
-        if not isinstance(py, str) or not PYTHON_RE.match(py):
-            _add(c, stack, f"python '{py}' is not a 3.N version", 'quote it: python: ["3.11"]')
-        elif jax_min and python_tuple(py) < python_tuple(jax_min):
-            _add(c, stack, f"python {py}: jax {stack.version('jax')} needs Python >= {jax_min}",
-                 f"lock it for Python {jax_min} or later, or pin an older jax")
-    if len(set(map(str, stack.pythons))) != len(stack.pythons):
-        _add(c, stack, "python lists a version twice")
+    _python_problems(stack, c)
     if stack.exclude_newer is not None and (
             not isinstance(stack.exclude_newer, str) or not TIMESTAMP_RE.match(stack.exclude_newer)):
         _add(c, stack, f"exclude_newer '{stack.exclude_newer}' is not a UTC time like 2026-12-01T00:00:00Z",
              "quote it: YAML reads an unquoted date as a date")
-
-    seen: dict[str, str] = {}
-    for name, version in stack.pins.items():
-        if not PIN_NAME_RE.match(name):
-            _add(c, stack, f"'{name}' is not a distribution name")
-            continue
-        n = normalize(name)
-        if n in seen:
-            _add(c, stack, f"'{name}' is pinned twice (also as '{seen[n]}')")
-        seen[n] = name
-        if not isinstance(version, str) or not EXACT_VERSION_RE.match(version):
-            _add(c, stack, f"{name}: '{version}' is not an exact version",
-                 'pin one release and quote it, e.g. "0.10.2"')
+    _pin_problems(stack, c)
 
     jax, jaxlib = stack.version("jax"), stack.version("jaxlib")
     if jax is None or jaxlib is None:
@@ -228,7 +206,45 @@ def stack_problems(stack: Stack, c: Collector) -> None:
         owner = ACCELERATOR_WHEELS.get(normalize(name))
         if owner and owner != stack.accelerator:
             _add(c, stack, f"{name} is a {owner} wheel, but the stack's accelerator is {stack.accelerator}")
+    _cuda_problems(stack, jax, c)
+    if stack.accelerator == "tpu":
+        _libtpu_problems(stack, jax, c)
 
+
+def _python_problems(stack: Stack, c: Collector) -> None:
+    """The stack's Python versions: at least one, each a 3.N that its jax supports, none twice."""
+    if not stack.pythons:
+        _add(c, stack, "python lists no Python version", 'for example python: ["3.13"]')
+    jax_min = JAX_REQUIRES_PYTHON.get(str(stack.version("jax")))
+    for py in stack.pythons:
+        if not isinstance(py, str) or not PYTHON_RE.match(py):
+            _add(c, stack, f"python '{py}' is not a 3.N version", 'quote it: python: ["3.11"]')
+        elif jax_min and python_tuple(py) < python_tuple(jax_min):
+            _add(c, stack, f"python {py}: jax {stack.version('jax')} needs Python >= {jax_min}",
+                 f"lock it for Python {jax_min} or later, or pin an older jax")
+    if len(set(map(str, stack.pythons))) != len(stack.pythons):
+        _add(c, stack, "python lists a version twice")
+
+
+def _pin_problems(stack: Stack, c: Collector) -> None:
+    """The stack's pins: distribution names, each once (as pip compares them), at exact versions."""
+    seen: dict[str, str] = {}
+    for name, version in stack.pins.items():
+        if not PIN_NAME_RE.match(name):
+            _add(c, stack, f"'{name}' is not a distribution name")
+            continue
+        n = normalize(name)
+        if n in seen:
+            _add(c, stack, f"'{name}' is pinned twice (also as '{seen[n]}')")
+        seen[n] = name
+        if not isinstance(version, str) or not EXACT_VERSION_RE.match(version):
+            _add(c, stack, f"{name}: '{version}' is not an exact version",
+                 'pin one release and quote it, e.g. "0.10.2"')
+
+
+def _cuda_problems(stack: Stack, jax: str, c: Collector) -> None:
+    """A CUDA stack's plugin wheels (at JAX's version) and its NVIDIA driver floor; no driver
+    floor on another accelerator's."""
     if stack.accelerator in CUDA_WHEELS:
         for wheel in CUDA_WHEELS[stack.accelerator]:
             v = stack.version(wheel)
@@ -248,19 +264,21 @@ def stack_problems(stack: Stack, c: Collector) -> None:
     elif stack.min_driver is not None:
         _add(c, stack, f"min_driver is set, but a {stack.accelerator} stack uses no NVIDIA driver")
 
-    if stack.accelerator == "tpu":
-        libtpu = stack.version("libtpu")
-        spec = LIBTPU_FOR_JAX.get(jax)
-        if libtpu is None:
-            _add(c, stack, "libtpu is not pinned",
-                 f"jax {jax} requires libtpu=={spec}" if spec else "")
-        elif spec is None:
-            _add(c, stack, f"ctk does not know which libtpu jax {jax} requires",
-                 "read `Requires-Dist: libtpu==...; extra == \"tpu\"` in that jax wheel's METADATA "
-                 "and add it to LIBTPU_FOR_JAX in ctk/stacks/catalog.py")
-        elif not _matches(spec, libtpu):
-            _add(c, stack, f"libtpu {libtpu} is not the libtpu jax {jax} was released with ({spec})",
-                 f"pin a libtpu release matching {spec}, as jax {jax} requires")
+
+def _libtpu_problems(stack: Stack, jax: str, c: Collector) -> None:
+    """A TPU stack's libtpu: pinned, to the release JAX was built against."""
+    libtpu = stack.version("libtpu")
+    spec = LIBTPU_FOR_JAX.get(jax)
+    if libtpu is None:
+        _add(c, stack, "libtpu is not pinned",
+             f"jax {jax} requires libtpu=={spec}" if spec else "")
+    elif spec is None:
+        _add(c, stack, f"ctk does not know which libtpu jax {jax} requires",
+             "read `Requires-Dist: libtpu==...; extra == \"tpu\"` in that jax wheel's METADATA "
+             "and add it to LIBTPU_FOR_JAX in ctk/stacks/catalog.py")
+    elif not _matches(spec, libtpu):
+        _add(c, stack, f"libtpu {libtpu} is not the libtpu jax {jax} was released with ({spec})",
+             f"pin a libtpu release matching {spec}, as jax {jax} requires")
 
 
 def check_stack(stack: Stack) -> None:
