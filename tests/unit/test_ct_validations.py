@@ -545,7 +545,7 @@ def test_the_fixtures_break_no_check_and_ctk_can_read_what_each_needs(monkeypatc
     seen_kinds = set()
     for bp in blueprints():
         exp = process(bp, [VARS] + extra_vars(bp), deployment_file(bp))
-        seen_kinds |= {em.schema.source for em in exp.modules if em.schema}
+        seen_kinds |= {em.schema.source for em in exp.expanded.modules if em.schema}
     assert not broken_on
     for c in ct_checks.CHECKS:
         if seen_kinds & set(c.modules):

@@ -123,7 +123,7 @@ def test_ctk_kinds_fill_every_field(tmp_path):
     ctl = dep.controller
     assert (ctl.resume_timeout, ctl.suspend_timeout, ctl.resume_rate, ctl.suspend_rate) == (120, 10, 5, 0)
     assert dep.target == "local"
-    assert (dep.lab.chaos_interval, dep.lab.chaos_seed, dep.lab.preemption_notice, dep.lab.flex_start_delay) == \
+    assert (dep.settings.chaos_interval, dep.settings.chaos_seed, dep.settings.preemption_notice, dep.settings.flex_start_delay) == \
         (60.0, 7, 10.0, 15.0)
 
 
@@ -133,7 +133,7 @@ def test_the_defaults(tmp_path):
     assert [p.suspend_time for p in dep.partitions] == [300, 300]
     ctl = dep.controller
     assert (ctl.resume_timeout, ctl.suspend_timeout, ctl.resume_rate, ctl.suspend_rate) == (300, 300, 0, 0)
-    assert (dep.lab.chaos_interval, dep.lab.chaos_seed, dep.lab.preemption_notice, dep.lab.flex_start_delay) == \
+    assert (dep.settings.chaos_interval, dep.settings.chaos_seed, dep.settings.preemption_notice, dep.settings.flex_start_delay) == \
         (0.0, None, 30.0, 30.0)
 
 
@@ -393,13 +393,13 @@ def test_chaos_without_a_spot_nodeset(tmp_path, capsys):
             "setting 'chaos_interval' of module 'lab' preempts random Spot nodes, but no nodeset of this "
             "blueprint is Spot or preemptible", "mark a nodeset enable_spot_vm: true")
     spot = ctk_bp(tmp_path, dyn="      enable_spot_vm: true\n", tail=lab("      chaos_interval: 60\n"))
-    assert process(spot).deployment.lab.chaos_interval == 60.0
+    assert process(spot).deployment.settings.chaos_interval == 60.0
 
 
 def test_two_local_target_modules(tmp_path, capsys):
     bp = ctk_bp(tmp_path, tail=lab("      preemption_notice: 5\n") + "  - id: lab2\n    source: ctk/target/local\n")
     refused(bp, capsys, at(bp, "id: lab2", "lab2"), "a blueprint has one local target module",
-            "'lab' already holds the lab's settings")
+            "'lab' is its local target module already: keep one")
 
 
 @pytest.mark.parametrize("other, kind", [
@@ -455,15 +455,15 @@ def test_the_default_flex_start_delay_against_the_controller(tmp_path, capsys):
 def test_flex_start_delay_below_resume_timeout_is_fine(tmp_path):
     dep = process(ctk_bp(tmp_path, flex_partition="      resume_timeout: 16\n",
                          tail=lab("      flex_start_delay: 15\n"))).deployment
-    assert dep.lab.flex_start_delay == 15.0
+    assert dep.settings.flex_start_delay == 15.0
 
 
 # ---- boot_delay against ResumeTimeout ----------------------------------------------------------
 
 def test_boot_delay_is_read_and_defaults_to_0(tmp_path):
-    assert process(ctk_bp(tmp_path, flex="")).deployment.lab.boot_delay == 0.0
+    assert process(ctk_bp(tmp_path, flex="")).deployment.settings.boot_delay == 0.0
     dep = process(ctk_bp(tmp_path, tail=lab("      boot_delay: 4\n"))).deployment
-    assert dep.lab.boot_delay == 4.0
+    assert dep.settings.boot_delay == 4.0
 
 
 def test_boot_delay_not_below_a_dynamic_partitions_resume_timeout(tmp_path, capsys):
@@ -493,7 +493,7 @@ def test_a_flex_nodes_capacity_wait_and_boot_add_up(tmp_path, capsys):
 def test_boot_delay_below_every_resume_timeout_is_fine(tmp_path):
     dep = process(ctk_bp(tmp_path, dyn_partition="      resume_timeout: 20\n",
                          tail=lab("      flex_start_delay: 15\n      boot_delay: 19\n"))).deployment
-    assert (dep.lab.boot_delay, dep.lab.flex_start_delay) == (19.0, 15.0)
+    assert (dep.settings.boot_delay, dep.settings.flex_start_delay) == (19.0, 15.0)
 
 
 def test_flex_start_delay_is_the_labs_only(tmp_path):
@@ -629,8 +629,8 @@ def test_show_without_spot_flex_or_lab_module_is_unchanged(tmp_path, capsys):
 def test_the_labs_user_is_named_in_the_local_target(tmp_path):
     bp = ctk_bp(tmp_path, tail=lab("      user: alice\n      user_uid: 1900007\n"))
     dep = process(bp).deployment
-    assert (dep.lab.user, dep.lab.user_uid) == ("alice", 1900007)
-    assert (process(ctk_bp(tmp_path)).deployment.lab.user, LabSettings().user_uid) == ("researcher", 1900000)
+    assert (dep.settings.user, dep.settings.user_uid) == ("alice", 1900007)
+    assert (process(ctk_bp(tmp_path)).deployment.settings.user, LabSettings().user_uid) == ("researcher", 1900000)
 
 
 @pytest.mark.parametrize("setting, message, hint", [

@@ -44,11 +44,11 @@ def test_vars_expressions_functions_and_indexing(write):
     settings:
       features: ["$(vars.base.sizes[1])", "$(vars.name_of)"]
 """)))
-    v = exp.vars
+    v = exp.expanded.vars
     assert v["name_of"] == "fam-us-central1-a"
     assert v["tags"] == ["a", "b", "c"]
     assert v["merged"] == {"family": "other", "sizes": [10, 20, 30]}
-    assert exp.module("ns").settings["features"] == [20, "fam-us-central1-a"]  # a whole $(...) keeps its type
+    assert exp.expanded.module("ns").settings["features"] == [20, "fam-us-central1-a"]  # a whole $(...) keeps its type
 
 
 def test_precedence_cli_over_deployment_file_over_blueprint(write):
@@ -65,9 +65,9 @@ def test_precedence_cli_over_deployment_file_over_blueprint(write):
         "deployment variable 'region' is not set", dfile, 3, 3)
     assert err.hint == "give it a value there, or pass --vars region=VALUE"
     exp = process(path, ["region=r1"], dfile)
-    assert exp.vars["zone"] == "from-file" and exp.vars["region"] == "r1"
+    assert exp.expanded.vars["zone"] == "from-file" and exp.expanded.vars["region"] == "r1"
     exp = process(path, ["zone=from-cli,extra=[1,2]", "region=r2"], dfile)
-    assert exp.vars["zone"] == "from-cli" and exp.vars["extra"] == [1, 2] and exp.vars["region"] == "r2"
+    assert exp.expanded.vars["zone"] == "from-cli" and exp.expanded.vars["extra"] == [1, 2] and exp.expanded.vars["region"] == "r2"
 
 
 def test_null_vars_are_all_reported_where_they_won_used_or_not(write):
@@ -108,7 +108,7 @@ def test_use_fills_inputs_and_lists_collect(write):
     source: ctk/slurm/controller
     use: [p, login]
 """)))
-    p = exp.module("p")
+    p = exp.expanded.module("p")
     assert p.settings["nodeset"] == [Deferred("$(a.nodeset)"), Deferred("$(b.nodeset)")]
     assert p.wired == {"nodeset": ["a", "b"]}
     dep = exp.deployment
@@ -132,8 +132,8 @@ def test_explicit_setting_beats_use_and_global_var_beats_default(write):
     use: [img]
     settings: {image: mine}
 """)))
-    assert exp.module("ns").settings["image"] == Deferred("$(img.image)")  # first in use order wins
-    assert exp.module("ns2").settings["image"] == "mine"
+    assert exp.expanded.module("ns").settings["image"] == Deferred("$(img.image)")  # first in use order wins
+    assert exp.expanded.module("ns2").settings["image"] == "mine"
     assert exp.deployment.nodesets[0].image == "lab"
     assert exp.deployment.nodesets[1].image == "mine"
 
@@ -148,7 +148,7 @@ def test_module_output_reference_kept_deferred(write):
       partition_name: x
       nodeset: ["$(ns.nodeset)"]
 """)))
-    p = exp.module("p")
+    p = exp.expanded.module("p")
     assert p.settings["nodeset"] == [Deferred("$(ns.nodeset)")]
     assert exp.deployment.partitions[0].nodesets == ["ns"]
 
@@ -201,5 +201,5 @@ def test_escape_survives_expansion(write):
         content: |
           for i in \\$(seq 3); do echo $(vars.zone); done
 """)))
-    content = exp.module("s").settings["runners"][0]["content"]
+    content = exp.expanded.module("s").settings["runners"][0]["content"]
     assert content == "for i in $(seq 3); do echo us-central1-a; done\n"

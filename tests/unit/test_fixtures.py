@@ -155,9 +155,9 @@ def test_tpu_nodeset():
 
 def test_ghpc_stage_resolves_relative_to_the_blueprint():
     exp = process(os.path.join(FIXTURES, "community/examples/htc-slurm.yaml"), VARS)
-    assert exp.vars["staged_configs"] == "staged/etc"
-    assert exp.staged["staged/etc"].endswith("community/modules/scheduler/schedmd-slurm-gcp-v6-controller/etc")
-    ctl = exp.module("slurm_controller")
+    assert exp.expanded.vars["staged_configs"] == "staged/etc"
+    assert exp.expanded.staged["staged/etc"].endswith("community/modules/scheduler/schedmd-slurm-gcp-v6-controller/etc")
+    ctl = exp.expanded.module("slurm_controller")
     assert ctl.settings["slurm_conf_tpl"] == "staged/etc/htc-slurm.conf.tpl"
 
 

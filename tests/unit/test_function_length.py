@@ -62,7 +62,7 @@ def package_sources(root: str = PKG) -> dict[str, str]:
 
 def test_no_function_is_longer_than_the_limit():
     sources = package_sources()
-    assert "plan.py" in sources and "cli/job.py" in sources, sorted(sources)  # the walk found the package
+    assert "plan/__init__.py" in sources and "cli/job.py" in sources, sorted(sources)  # the walk found the package
     assert not any(f.startswith("data/") for f in sources)
     problems = length_problems(sources, STILL_LONG)
     assert not problems, (f"functions of {PKG} over {MAX_LINES} lines (split them into helpers):\n"

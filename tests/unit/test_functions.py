@@ -84,15 +84,15 @@ def test_file_of_a_staged_file_in_a_runner_validates_and_expand_shows_the_call(f
     # ghpc_stage is evaluated (as gcluster does); the file() call stays for Terraform.
     assert script["settings"]["runners"][0]["content"] == '$(file("staged/hello.sh"))'
     exp = process(path)
-    assert exp.staged == {"staged/hello.sh": str(folder / "files" / "hello.sh")}
-    lazy = exp.module("script").settings["runners"][0]["content"]
+    assert exp.expanded.staged == {"staged/hello.sh": str(folder / "files" / "hello.sh")}
+    lazy = exp.expanded.module("script").settings["runners"][0]["content"]
     assert isinstance(lazy, Lazy) and lazy.compute() == "#!/bin/sh\necho hello\n"
 
 
 def test_the_kept_call_reads_back_as_the_same_expression(folder):
     path = bp(folder, SCRIPT.format(
         content="$(templatefile(\"t.tpl\", {name = vars.deployment_name, n = [1, 2], \"k-1\" = true}))"))
-    lazy = process(path).module("script").settings["runners"][0]["content"]
+    lazy = process(path).expanded.module("script").settings["runners"][0]["content"]
     assert lazy.text == '$(templatefile("t.tpl", {name = "demo", n = [1, 2], "k-1" = true}))'
     node = parse_string(lazy.text)
     assert isinstance(node, Call) and node.func == "templatefile" and len(node.args) == 2
@@ -101,7 +101,7 @@ def test_the_kept_call_reads_back_as_the_same_expression(folder):
 def test_a_function_ctk_does_not_know_is_kept_where_ctk_does_not_need_the_value(folder):
     # templatefile is Terraform's: gcluster passes it through, so does ctk (and reads no file).
     exp = process(bp(folder, SCRIPT.format(content="$(templatefile(\"missing.tpl\", {}))")))
-    assert exp.module("script").settings["runners"][0]["content"].text == '$(templatefile("missing.tpl", {}))'
+    assert exp.expanded.module("script").settings["runners"][0]["content"].text == '$(templatefile("missing.tpl", {}))'
     assert not exp.warnings
 
 
@@ -112,7 +112,7 @@ def test_a_local_target_value_computed_from_file(folder):
     ns = exp.deployment.nodesets[0]
     assert (ns.machine_type, ns.gpu_type, ns.gpu_count, ns.node_count_static) == ("a3-megagpu-8g", "h100", 8, 3)
     # ... while the expanded blueprint keeps the calls for Terraform.
-    assert exp.module("nodeset").settings["machine_type"].text == '$(trimspace(file("machine.txt")))'
+    assert exp.expanded.module("nodeset").settings["machine_type"].text == '$(trimspace(file("machine.txt")))'
 
 
 def test_a_function_ctk_cannot_compute_where_it_needs_the_value_is_an_error_there(folder):
@@ -144,13 +144,13 @@ def test_a_name_that_is_no_terraform_function_warns_and_fails_where_needed(folde
 def test_a_call_on_a_module_output_is_kept_and_not_an_error(folder):
     path = bp(folder, NODESET.format(machine="$(lower(network.network_name))", count=1))
     exp = process(path)
-    assert exp.module("nodeset").settings["machine_type"].text == "$(lower(network.network_name))"
+    assert exp.expanded.module("nodeset").settings["machine_type"].text == "$(lower(network.network_name))"
     assert exp.deployment.nodesets[0].machine_type == "c2-standard-60"  # unknown until deployed: the default
 
 
 def test_interpolated_and_indexed_calls(folder):
     path = bp(folder, SCRIPT.format(content="\"#$(upper(vars.deployment_name)) $(split(\\\",\\\", \\\"a,b\\\")[1])\""))
-    content = process(path).module("script").settings["runners"][0]["content"]
+    content = process(path).expanded.module("script").settings["runners"][0]["content"]
     assert content.text == '#$(upper("demo")) $(split(",", "a,b")[1])'
     assert content.compute() == "#DEMO b"
 
@@ -177,7 +177,7 @@ def test_vars_keep_merge_flatten_and_ghpc_stage(folder):
         "  zone: us-central1-a\n  m: $(merge({a = 1}, {b = 2}))\n  f: $(flatten([[1], [2, [3]]]))\n"
         "  s: $(ghpc_stage(\"files\"))\n")
     open(path, "w").write(text)
-    v = process(path).vars
+    v = process(path).expanded.vars
     assert (v["m"], v["f"], v["s"]) == ({"a": 1, "b": 2}, [1, 2, 3], "staged/files")
 
 

@@ -12,7 +12,7 @@ import pytest
 from ctk import paths
 from ctk.blueprint import BlueprintErrors
 from ctk.cli import main
-from ctk.model import Deployment
+from ctk.model import Deployment, LabSettings
 from ctk.plan import process
 from ctk.targets import ssh
 
@@ -74,12 +74,12 @@ def errors(path: str) -> list[str]:
 def test_a_good_inventory_plans_the_ssh_target(bp):
     dep = process(bp(GOOD_HOSTS)).deployment
     assert dep.target == "ssh"
-    assert [h.name for h in dep.ssh_hosts] == ["ctl", "node-a", "node-b", "login-0"]
-    a, b = dep.ssh_hosts[1], dep.ssh_hosts[2]
+    assert [h.name for h in dep.settings.hosts] == ["ctl", "node-a", "node-b", "login-0"]
+    a, b = dep.settings.hosts[1], dep.settings.hosts[2]
     assert (a.nodeset, a.slurmd_port, a.port, a.user) == ("debugnodeset", 7818, 22, "root")
     assert (b.nodeset, b.slurmd_port, b.port, b.user) == ("debugnodeset", None, 2222, "admin")
     assert os.path.isabs(a.key) and a.key.endswith("id_test")
-    assert dep.ssh_hosts[3].key is None and dep.ssh_hosts[3].service_manager == "systemd"
+    assert dep.settings.hosts[3].key is None and dep.settings.hosts[3].service_manager == "systemd"
     ns = dep.nodeset("debugnodeset")
     assert ns.node_names() == ["node-a", "node-b"] and ns.hostnames == ["node-a", "node-b"]
     assert dep.controller.hostname == "ctl"
@@ -90,7 +90,7 @@ def test_without_the_module_the_target_stays_local(tmp_path):
     p = tmp_path / "bp.yaml"
     p.write_text(HEAD.format(static=2).split("  - id: machines")[0])
     dep = process(str(p)).deployment
-    assert dep.target == "local" and dep.ssh_hosts == []
+    assert dep.target == "local" and dep.settings == LabSettings()
     assert dep.nodeset("debugnodeset").node_names() == ["sshunitdebugnodeset-0", "sshunitdebugnodeset-1"]
 
 
@@ -183,7 +183,7 @@ def test_inventory_is_0600_and_holds_key_paths_not_keys(written):
     inv = json.load(open(inv_path))
     hosts = {n: v for g in inv["all"]["children"].values() for n, v in g["hosts"].items()}
     assert set(inv["all"]["children"]) == {"controller", "compute", "login"}
-    assert hosts["node-a"]["ansible_ssh_private_key_file"] == dep.ssh_hosts[1].key
+    assert hosts["node-a"]["ansible_ssh_private_key_file"] == dep.settings.hosts[1].key
     assert "ansible_ssh_private_key_file" not in hosts["login-0"]
     assert hosts["node-b"]["ansible_user"] == "admin" and hosts["node-b"]["ansible_become"] is True
     assert hosts["ctl"]["ansible_become"] is False
@@ -230,12 +230,12 @@ def test_ansible_reads_the_inventory(written):
 
 def test_the_stop_inventory_reaches_the_hosts_and_nothing_more(written):
     dep, out, _, _ = written
-    inv = ssh.stop_inventory(dep.ssh_hosts, os.path.join(out, "ssh"))
+    inv = ssh.stop_inventory(dep.settings.hosts, os.path.join(out, "ssh"))
     hosts = {n: v for g in inv["all"]["children"].values() for n, v in g["hosts"].items()}
     assert hosts["node-b"] == {"ansible_host": "10.1.0.3", "ansible_port": 2222, "ansible_user": "admin",
                                "ansible_become": True, "slurm_flavour": "compute",
                                "ctk_service_manager": "systemd",
-                               "ansible_ssh_private_key_file": dep.ssh_hosts[2].key,
+                               "ansible_ssh_private_key_file": dep.settings.hosts[2].key,
                                "ansible_ssh_extra_args": "-o IdentitiesOnly=yes"}
     assert inv["all"]["vars"]["ctk_manage_services"] is True and "munge_key_src" not in inv["all"]["vars"]
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
-from .target_registry import Traits, traits
+from .target_registry import Traits, resolve, settings_type, traits
 
 # The Python each base OS ships as /usr/bin/python3: the interpreter an image's JAX venv is made
 # from, so the one its stack must be locked for. The one table of it; stacks, planning and image
@@ -212,8 +212,23 @@ class Unsupported:
 NO_SPOT_HINT = "mark a nodeset enable_spot_vm: true (preemptible: true on Cluster Toolkit's TPU nodesets)"
 
 
+S = TypeVar("S", bound="TargetSettings")
+
+
 @dataclass
-class LabSettings:
+class TargetSettings:
+    """A target's own settings (its target module's), Deployment.settings: each target has a
+    dataclass of its own, which ctk.target_registry names."""
+
+    @classmethod
+    def from_dict(cls: type[S], d: dict[str, Any]) -> S:
+        """Its fields' values in D (as to_dict wrote them); keys it does not have are left out."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+
+@dataclass
+class LabSettings(TargetSettings):
     """How the local target rehearses a cloud (a ctk/target/local module's settings)."""
 
     # Mean seconds between random preemptions of the lab's powered-up Spot nodes (exponential
@@ -247,6 +262,42 @@ SERVICE_IDS = range(1_900_100, 1_901_000)
 
 
 @dataclass
+class SshSettings(TargetSettings):
+    """Where the ssh target deploys: the machines a ctk/target/ssh module lists."""
+
+    hosts: list[SshHost] = field(default_factory=list)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SshSettings:
+        return SshSettings([SshHost(**x) for x in d.get("hosts", [])])
+
+
+@dataclass
+class GcpSettings(TargetSettings):
+    """Where the gcp target deploys (a ctk/target/gcp module's settings); None: not given, so
+    the blueprint's vars or gcluster's --vars give it."""
+
+    project_id: str | None = None
+    region: str | None = None
+    zone: str | None = None
+    image_machine_type: str | None = None  # the VMs that build the images
+    image_disk_size: int | float | None = None  # GB
+
+
+
+
+def _settings_from_dict(target: str, d: dict[str, Any]) -> TargetSettings:
+    """A deployment.json's target settings: its `settings`, or the fields an earlier ctk kept
+    them in (lab, ssh_hosts, gcp)."""
+    kind = resolve(settings_type(target))
+    # Each type takes its own fields from the old ones.
+    raw = d["settings"] if "settings" in d else {**d.get("lab", {}), **d.get("gcp", {}), "hosts": d.get("ssh_hosts", [])}
+    settings = kind.from_dict(raw)
+    assert isinstance(settings, TargetSettings), settings
+    return settings
+
+
+@dataclass
 class Deployment:
     deployment_name: str
     blueprint_name: str
@@ -259,17 +310,22 @@ class Deployment:
     logins: list[Login] = field(default_factory=list)
     shared_fs: list[SharedFs] = field(default_factory=list)
     unsupported: list[Unsupported] = field(default_factory=list)
-    ssh_hosts: list[SshHost] = field(default_factory=list)  # target "ssh": the machines
-    # target "gcp": the ctk/target/gcp module's settings (project_id, region, zone, ...)
-    gcp: dict[str, Any] = field(default_factory=dict)
-    # target "local": the ctk/target/local module's settings (the lab's chaos, notice, flex delay)
-    lab: LabSettings = field(default_factory=lambda: LabSettings())
+    # Its target's own settings (its target module's): one type per target, named in
+    # ctk.target_registry; a target's code asks for them with settings_of.
+    settings: TargetSettings = field(default_factory=lambda: LabSettings())
 
     @property
     def traits(self) -> Traits:
         """What its target does with it (ctk.target_registry): what every layer asks, never
         the target's name."""
         return traits(self.target)
+
+    def settings_of(self, kind: type[S]) -> S:
+        """Its target's settings, which a target's own code knows to be a KIND."""
+        if not isinstance(self.settings, kind):
+            raise TypeError(f"deployment {self.deployment_name} is on the {self.target} target, whose "
+                            f"settings are {type(self.settings).__name__}, not {kind.__name__}")
+        return self.settings
 
     def nodeset(self, name: str) -> Nodeset:
         for ns in self.nodesets:
@@ -302,6 +358,7 @@ class Deployment:
         d["logins"] = [Login(**x) for x in d.get("logins", [])]
         d["shared_fs"] = [SharedFs(**x) for x in d.get("shared_fs", [])]
         d["unsupported"] = [Unsupported(**x) for x in d.get("unsupported", [])]
-        d["ssh_hosts"] = [SshHost(**x) for x in d.get("ssh_hosts", [])]
-        d["lab"] = LabSettings(**d.get("lab", {}))
+        d["settings"] = _settings_from_dict(d.get("target", "local"), d)
+        for old in ("lab", "ssh_hosts", "gcp"):  # where an earlier ctk kept them, side by side
+            d.pop(old, None)
         return cls(**d)

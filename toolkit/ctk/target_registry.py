@@ -1,13 +1,18 @@
 """The targets ctk knows, and what each can do: the one table a new target is added to.
 
-A target's code lives in its own module (its `Target` subclass, named by IMPL); what the layers
-below the targets ask of a deployment's target (planning, rendering, the image commands) are
-its traits here, never its name. Pure data, imported by every layer.
+A target's code lives in its own modules, named here: its `Target` subclass (IMPL), its
+planning (PLANNER, which makes its settings from its target module, the blueprint module whose
+source is SOURCE) and the type of those settings in the Deployment model (SETTINGS). What the
+layers below the targets ask of a deployment's target (planning, rendering, the image commands)
+are its traits here, never its name. Pure data, imported by every layer; each "module:name" is
+imported on first use (resolve).
 """
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -33,8 +38,13 @@ class Traits:
 
 @dataclass(frozen=True)
 class Entry:
-    impl: str  # "module:class" of its Target subclass, imported on first use
+    impl: str  # "module:class" of its Target subclass
     traits: Traits
+    source: str  # the source of its target module: a blueprint with one goes to this target
+    # "module:function" planning it: (Expanded, Deployment, its target module or None,
+    # Collector) -> its settings, once the rest of the Deployment is planned (ctk.plan.targets)
+    planner: str
+    settings: str  # "module:class" of its settings (Deployment.settings), with a from_dict
     # "module:function" giving the cluster `ctk job` submits to, where it lives apart from the
     # target's builders (so that a submit imports only it); None: Target.job_cluster.
     job_cluster: str | None = None
@@ -44,16 +54,38 @@ TARGETS: dict[str, Entry] = {
     "local": Entry("ctk.targets.local:LocalTarget",
                    Traits(builds_images_here=True, rehearses_cloud=True, hands_off_to_gcluster=False,
                           boots_slurm_gcp_images=False, writes_slurm_conf=True),
+                   "ctk/target/local", "ctk.plan.local:plan_local", "ctk.model:LabSettings",
                    job_cluster="ctk.targets.labclient:job_cluster"),
     "ssh": Entry("ctk.targets.ssh:SshTarget",
                  Traits(builds_images_here=True, rehearses_cloud=False, hands_off_to_gcluster=False,
-                        boots_slurm_gcp_images=False, writes_slurm_conf=True)),
+                        boots_slurm_gcp_images=False, writes_slurm_conf=True),
+                 "ctk/target/ssh", "ctk.plan.ssh:plan_ssh", "ctk.model:SshSettings"),
     "gcp": Entry("ctk.targets.gcp:GcpTarget",
                  Traits(builds_images_here=False, rehearses_cloud=False, hands_off_to_gcluster=True,
-                        boots_slurm_gcp_images=True, writes_slurm_conf=False)),
+                        boots_slurm_gcp_images=True, writes_slurm_conf=False),
+                 "ctk/target/gcp", "ctk.plan.gcp:plan_gcp", "ctk.model:GcpSettings"),
 }
+
+# The target of a blueprint without a target module.
+DEFAULT = "local"
 
 
 def traits(target: str) -> Traits:
     """The traits of the target called TARGET (a name the model took from the blueprint)."""
     return TARGETS[target].traits
+
+
+def settings_type(target: str) -> str:
+    """The "module:class" of the settings of the target called TARGET."""
+    return TARGETS[target].settings
+
+
+def of_source(source: str) -> str | None:
+    """The target whose target module has SOURCE, or None: not a target module."""
+    return next((name for name, e in TARGETS.items() if e.source == source), None)
+
+
+def resolve(ref: str) -> Any:
+    """What a "module:name" of this table names, imported."""
+    module, name = ref.split(":")
+    return getattr(importlib.import_module(module), name)

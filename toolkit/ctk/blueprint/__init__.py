@@ -52,7 +52,7 @@ def process(path: str, cli_vars: list[str] | tuple = (), deployment_file: str | 
     validate(exp, c)
     if not c and then is not None:
         then(exp, c)
-    exp.sources = sources  # type: ignore[attr-defined]
+    exp.sources = sources
     c.raise_if_any(sources)
     return exp
 

@@ -92,6 +92,8 @@ class Expanded:
     modules: list[ExpandedModule]
     staged: dict[str, str] = field(default_factory=dict)  # folder-relative dest -> source path
     warnings: list[BlueprintError] = field(default_factory=list)
+    used_vars: set[str] = field(default_factory=set)  # the vars a module's setting took
+    sources: dict[str, str] = field(default_factory=dict)  # file -> its text, for messages
 
     def module(self, mid: str) -> ExpandedModule | None:
         for m in self.modules:
@@ -377,9 +379,8 @@ def expand(bp: Blueprint, var_sources: dict[str, VarSource], c: Collector) -> Ex
                     ev.used_vars.add(inp.name)
         modules.append(em)
 
-    exp = Expanded(bp, dict(ev.values), var_sources, modules, ev.staged, warnings=list(ev.warnings))
-    exp.used_vars = ev.used_vars  # type: ignore[attr-defined]
-    return exp
+    return Expanded(bp, dict(ev.values), var_sources, modules, ev.staged, warnings=list(ev.warnings),
+                    used_vars=ev.used_vars)
 
 
 def _unset_vars(var_sources: dict[str, VarSource], ev: _Evaluator, c: Collector) -> None:

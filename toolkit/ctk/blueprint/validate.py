@@ -234,7 +234,7 @@ def _validators(exp: Expanded, c: Collector) -> None:
         wanted = {"test_module_not_used", "test_deployment_variable_not_used"}
     found: list[BlueprintError] = []
     if "test_deployment_variable_not_used" in wanted:
-        used: set[str] = getattr(exp, "used_vars", set())
+        used: set[str] = exp.used_vars
         for name, src in exp.var_sources.items():
             if name not in used and name not in _ALWAYS_USED and exp.vars.get(name) is not INVALID:
                 found.append(BlueprintError(f"var '{name}' is not used by any module",

@@ -41,13 +41,13 @@ def add_parsers(sub) -> None:
 
 
 def validate(args) -> int:
-    exp = BlueprintRef.of(args).process(warnings=False)
-    dep = exp.deployment
+    planned = BlueprintRef.of(args).process(warnings=False)
+    dep = planned.deployment
     if args.json:
-        print(json.dumps({"ok": True, "errors": [], "warnings": [w.to_dict() for w in exp.warnings]}, indent=2))
+        print(json.dumps({"ok": True, "errors": [], "warnings": [w.to_dict() for w in planned.warnings]}, indent=2))
     else:
-        warn(exp)
-        counts = [(sum(1 for _ in exp.blueprint.modules()), "module"), (len(dep.partitions), "partition"),
+        warn(planned)
+        counts = [(sum(1 for _ in planned.expanded.blueprint.modules()), "module"), (len(dep.partitions), "partition"),
                   (len(dep.nodesets), "nodeset")]
         print(f"{args.blueprint}: ok ({', '.join(f'{n} {w}' + ('s' if n != 1 else '') for n, w in counts)})")
     return EXIT_OK
@@ -57,7 +57,7 @@ def expand(args) -> int:
     from .. import atomic
     from ..yamlout import dump
 
-    text = dump(BlueprintRef.of(args).process().to_blueprint())
+    text = dump(BlueprintRef.of(args).process().expanded.to_blueprint())
     if args.out:
         atomic.write_file(args.out, text)
     else:
@@ -74,24 +74,25 @@ def show(args) -> int:
             close = did_you_mean(args.target, REGISTRY)
             raise UserError(f"--target {args.target}: no such target",
                             hint=f"{close + ' ' if close else ''}targets: {', '.join(REGISTRY)}")
-    exp = BlueprintRef.of(args).process()
-    dep = exp.deployment
+    planned = BlueprintRef.of(args).process()
+    dep = planned.deployment
     if args.json:
         print(json.dumps(dep.to_dict(), indent=2))
     else:
         from ..render.report import show as report
+        from ..target_registry import of_source
 
-        lab = any(em.schema and em.schema.role == "local-target" for em in exp.modules)
-        sys.stdout.write(report(dep, args.target or dep.target, lab=lab))
+        own = any(of_source(em.module.source) == dep.target for em in planned.expanded.modules)
+        sys.stdout.write(report(dep, args.target or dep.target, target_module=own))
     return EXIT_OK
 
 
 def create(args) -> int:
     from ..targets.folder import create as create_folder
 
-    exp = BlueprintRef.of(args).process()
-    out = args.out or os.path.join(".", exp.deployment.deployment_name)
-    for note in create_folder(exp, exp.deployment, out, args.overwrite):
+    planned = BlueprintRef.of(args).process()
+    out = args.out or os.path.join(".", planned.deployment.deployment_name)
+    for note in create_folder(planned.expanded, planned.deployment, out, args.overwrite):
         print(note, file=sys.stderr)
     print(f"created deployment folder {out}")
     return EXIT_OK

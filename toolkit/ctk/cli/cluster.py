@@ -8,7 +8,7 @@ import os
 import sys
 
 from ..errors import EXIT_FAIL, EXIT_OK, UserError
-from ..model import NO_SPOT_HINT
+from ..model import NO_SPOT_HINT, LabSettings
 from .common import BlueprintRef, blueprint_args, progress_of
 
 
@@ -153,20 +153,22 @@ def deploy(args) -> int:
 
     if args.max_nodes is not None and args.max_nodes < 1:
         raise UserError(f"--max-nodes {args.max_nodes}: must be at least 1")
-    exp = BlueprintRef.of(args).process()
+    planned = BlueprintRef.of(args).process()
+    dep = planned.deployment
     if args.chaos is not None or args.chaos_seed is not None:
-        if not exp.deployment.traits.rehearses_cloud:
-            raise UserError(f"--chaos: the blueprint's target is {exp.deployment.target}; preemptions are "
+        if not isinstance(dep.settings, LabSettings):
+            raise UserError(f"--chaos: the blueprint's target is {dep.target}; preemptions are "
                             "rehearsed on the local target only")
-        if args.chaos and not any(ns.spot for ns in exp.deployment.nodesets):
+        if args.chaos and not any(ns.spot for ns in dep.nodesets):
             raise UserError(f"--chaos: no nodeset of {args.blueprint} is Spot or preemptible: there would be "
                             "nothing to preempt", hint=NO_SPOT_HINT)
         if args.chaos is not None:
-            exp.deployment.lab.chaos_interval = args.chaos
+            dep.settings.chaos_interval = args.chaos
         if args.chaos_seed is not None:
-            exp.deployment.lab.chaos_seed = args.chaos_seed
-    out = args.out or os.path.join(".", exp.deployment.deployment_name)
-    outcome = targets.deploy(exp, out, max_nodes=args.max_nodes, progress=progress_of(args), overwrite=args.overwrite)
+            dep.settings.chaos_seed = args.chaos_seed
+    out = args.out or os.path.join(".", dep.deployment_name)
+    outcome = targets.deploy(planned, out, max_nodes=args.max_nodes, progress=progress_of(args),
+                             overwrite=args.overwrite)
     sys.stdout.write(json.dumps(outcome.record, indent=2) + "\n" if args.json else outcome.render())
     return EXIT_OK
 

@@ -5,8 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..errors import EXIT_USAGE
+
+if TYPE_CHECKING:
+    from ..plan import Planned
 
 
 class Parser(argparse.ArgumentParser):
@@ -36,19 +40,19 @@ class BlueprintRef:
     def of(cls, args) -> BlueprintRef:
         return cls(args.blueprint, tuple(args.vars), args.deployment_file)
 
-    def process(self, warnings: bool = True):
+    def process(self, warnings: bool = True) -> Planned:
         """Load, expand, validate and plan it; its warnings go to stderr."""
         from ..plan import process
 
-        exp = process(self.path, list(self.vars), self.deployment_file)
+        planned = process(self.path, list(self.vars), self.deployment_file)
         if warnings:
-            warn(exp)
-        return exp
+            warn(planned)
+        return planned
 
 
-def warn(exp) -> None:
-    for w in exp.warnings:
-        print(w.render(getattr(exp, "sources", {})).replace(": error: ", ": warning: ", 1), file=sys.stderr)
+def warn(planned: Planned) -> None:
+    for w in planned.warnings:
+        print(w.render(planned.sources).replace(": error: ", ": warning: ", 1), file=sys.stderr)
 
 
 def show_help(parser) -> int:

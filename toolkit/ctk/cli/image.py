@@ -76,8 +76,8 @@ def export(args) -> int:
 def build(args) -> int:
     from ..images import commands
 
-    exp = BlueprintRef.of(args).process()
-    res = commands.build(exp.deployment, args.only, not args.no_verify, progress_of(args), verify_again=args.verify)
+    dep = BlueprintRef.of(args).process().deployment
+    res = commands.build(dep, args.only, not args.no_verify, progress_of(args), verify_again=args.verify)
     if args.json:
         print(json.dumps(res, indent=2))
     elif args.quiet:
@@ -89,7 +89,7 @@ def build(args) -> int:
 def test(args) -> int:
     from ..images import commands
 
-    exp = BlueprintRef.of(args).process()
-    for r in commands.test(exp.deployment, args.only, progress_of(args)):
+    dep = BlueprintRef.of(args).process().deployment
+    for r in commands.test(dep, args.only, progress_of(args)):
         print(f"{r['image']}: {r['summary']}")
     return EXIT_OK

@@ -607,23 +607,23 @@ def _topology_misfit(v: Values) -> Found | bool:
 # Blocks ctk checks elsewhere, with its own messages (module, file, block, condition) -> where.
 ELSEWHERE: dict[tuple[str, str, str, str], str] = {
     (short(N), _VARS, "dws_flex", "var.dws_flex.max_run_duration >= 600 && var.dws_flex.max_run_duration <= 604800"):
-        "ctk.plan._capacity",
-    (short(N), _NS, "nodeset", "!var.enable_spot_vm || !var.dws_flex.enabled"): "ctk.plan._capacity",
+        "ctk.plan.nodes._capacity",
+    (short(N), _NS, "nodeset", "!var.enable_spot_vm || !var.dws_flex.enabled"): "ctk.plan.nodes._capacity",
     (short(P), _VARS, "partition_name", 'can(regex("^[a-z](?:[a-z0-9-]*)$", var.partition_name))'):
-        "ctk.plan.plan (stricter: no '-', as slurm-gcp's own partition module)",
+        "ctk.plan.nodes.partition_names (stricter: no '-', as slurm-gcp's own partition module)",
     (short(P), _VARS, "resume_timeout",
-     "var.resume_timeout == null ? true : var.resume_timeout > 0 && var.resume_timeout < 65536"): "ctk.plan._partition",
-    (short(P), _VARS, "suspend_time", "var.suspend_time >= -1"): "ctk.plan._partition",
+     "var.resume_timeout == null ? true : var.resume_timeout > 0 && var.resume_timeout < 65536"): "ctk.plan.nodes._partition",
+    (short(P), _VARS, "suspend_time", "var.suspend_time >= -1"): "ctk.plan.nodes._partition",
     (short(P), _VARS, "suspend_timeout", "var.suspend_timeout == null ? true : var.suspend_timeout > 0"):
-        "ctk.plan._partition (also < 65536, Slurm's limit)",
+        "ctk.plan.nodes._partition (also < 65536, Slurm's limit)",
     (short(P), "outputs.tf", "partitions", "(length(local.use_static) == 0) || !var.exclusive"):
-        "ctk.plan._ct_partition_nodesets",
+        "ctk.plan.nodes._ct_partition_nodesets",
     (short(P), "outputs.tf", "partitions",
      "sum([for b in [local.has_node, local.has_dyn, local.has_tpu] : b ? 1 : 0]) == 1"):
-        "ctk.plan._ct_partition_nodesets",
+        "ctk.plan.nodes._ct_partition_nodesets",
     (short(C), _VARS, "partitions",
      "length(distinct([for x in var.partitions : x.partition_name])) == length(var.partitions)"):
-        "ctk.plan.plan (partition names unique in the whole cluster)",
+        "ctk.plan.nodes.partition_names (partition names unique in the whole cluster)",
 }
 
 # Blocks ctk does not check, and why. Every check above is also left to Terraform, module by

@@ -30,7 +30,7 @@ import tarfile
 from .. import paths
 from ..blueprint.expand import Expanded, plain
 from ..blueprint.expression import is_deferred
-from ..model import Controller, Deployment, ImageSpec, Nodeset, Partition
+from ..model import Controller, Deployment, GcpSettings, ImageSpec, Nodeset, Partition
 from ..modules import lookup, slurm_gcp
 from ..modules.machines import lookup_machine
 from ..stacks import get_stack
@@ -247,12 +247,12 @@ def _power_settings(exp: Expanded, p: Partition, conf: dict) -> dict:
 def native_blueprint(exp: Expanded, dep: Deployment, pinned: dict[str, str] | None = None) -> dict:
     """The Cluster Toolkit blueprint of a gcp-target deployment. With PINNED (image name ->
     built image's name), the cluster alone, booting those images by name (render.packer)."""
-    g = dep.gcp
+    g = dep.settings_of(GcpSettings)
     images = [img for img in dep.images if img.source == "ctk/image"]
-    vars_: dict = {"project_id": g.get("project_id", exp.vars.get("project_id")),
-                   "deployment_name": dep.deployment_name}
-    for k in ("region", "zone"):
-        vars_[k] = g.get(k, exp.vars.get(k))
+    given = {"project_id": g.project_id, "region": g.region, "zone": g.zone}
+    vars_: dict = {"project_id": None, "deployment_name": dep.deployment_name, "region": None, "zone": None}
+    for k, v in given.items():
+        vars_[k] = v if v is not None else exp.vars.get(k)
     if dep.controller and dep.controller.slurm_auth:
         vars_["enable_slurm_auth"] = True
     for img in images:
@@ -272,8 +272,8 @@ def native_blueprint(exp: Expanded, dep: Deployment, pinned: dict[str, str] | No
                 "source_image_project_id": [slurm_gcp.PROJECT],
                 "source_image_family": fam.family,
                 "image_family": f"$(vars.{_image_var(img)}.family)",
-                "machine_type": g.get("image_machine_type", "n2-standard-8"),
-                "disk_size": g.get("image_disk_size", 50),
+                "machine_type": g.image_machine_type or "n2-standard-8",
+                "disk_size": 50 if g.image_disk_size is None else g.image_disk_size,
                 "state_timeout": "30m",
             }}]})
 
@@ -347,7 +347,8 @@ def _kept(exp: Expanded, dep: Deployment) -> dict:
 
 
 def _readme(exp: Expanded, dep: Deployment, images: list[ImageSpec]) -> str:
-    project = dep.gcp.get("project_id") or exp.vars.get("project_id")
+    # A Cluster Toolkit blueprint on another target keeps its project in its vars.
+    project = (dep.settings.project_id if isinstance(dep.settings, GcpSettings) else None) or exp.vars.get("project_id")
     pv = "" if project else " --vars project_id=YOUR_PROJECT"
     lines = [
         f"# {exp.blueprint.name} on Google Cloud",

@@ -21,7 +21,7 @@ import os
 
 from .. import paths
 from ..blueprint.expand import Expanded
-from ..model import Deployment, ImageSpec
+from ..model import Deployment, GcpSettings, ImageSpec
 from ..modules import slurm_gcp
 from ..yamlout import dump
 from .gcluster import family_name, image_vars, native_blueprint, roles_tarball
@@ -47,7 +47,7 @@ def image_folders(exp: Expanded, dep: Deployment, tarball: bytes | None = None) 
         tarball = roles_tarball(ivars)
     template = open(os.path.join(paths.IMAGES, "gcp.pkr.hcl")).read()
     versions = open(os.path.join(paths.IMAGES, "gcp-versions.pkr.hcl")).read()
-    g = dep.gcp
+    g = dep.settings_of(GcpSettings)
     files: dict[str, str] = {}
     names: dict[str, str] = {}
     for img in images:
@@ -55,14 +55,14 @@ def image_folders(exp: Expanded, dep: Deployment, tarball: bytes | None = None) 
         assert fam is not None  # planning refused the others
         names[img.name] = pinned_image_name(img, tarball)
         pkvars = {k: v for k, v in {
-            "project_id": g.get("project_id"),
-            "zone": g.get("zone"),
-            "machine_type": g.get("image_machine_type"),
+            "project_id": g.project_id,
+            "zone": g.zone,
+            "machine_type": g.image_machine_type,
             "source_image_family": fam.family,
             "source_image_project_id": [slurm_gcp.PROJECT],
             "image_family": family_name(img),
             "image_name": names[img.name],
-            "disk_size": g.get("image_disk_size"),
+            "disk_size": g.image_disk_size,
             "labels": {"ghpc_blueprint": exp.blueprint.name, "ghpc_deployment": dep.deployment_name},
             "ansible_vars_file": "ansible-vars.json",
         }.items() if v is not None}

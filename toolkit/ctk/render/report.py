@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..model import Deployment
+from ..model import Deployment, LabSettings, SshSettings
 from .hostlist import compress
 
 
@@ -28,10 +28,10 @@ def capacity(ns) -> str:
     return "spot" if ns.spot else "-"
 
 
-def show(dep: Deployment, target: str = "local", lab: bool = False) -> str:
+def show(dep: Deployment, target: str = "local", target_module: bool = False) -> str:
     """The tables, as deployed on TARGET (the blueprint's, or another `ctk show --target` names);
-    LAB: the blueprint has a ctk/target/local module, whose settings are listed where its
-    target rehearses a cloud."""
+    TARGET_MODULE: the blueprint has its target's module, whose settings are listed where
+    TARGET is its target."""
     out = [f"deployment {dep.deployment_name}  (blueprint {dep.blueprint_name}, "
            f"Slurm cluster {dep.slurm_cluster_name})", ""]
     if dep.images:
@@ -61,15 +61,15 @@ def show(dep: Deployment, target: str = "local", lab: bool = False) -> str:
         out += [f"Login: {compress(lg.node_names())} ({lg.machine_type})"]
     for fs in dep.shared_fs:
         out += [f"Shared filesystem: {fs.local_mount} ({fs.fs_type}, module {fs.module_id})"]
-    if lab and target == dep.target and dep.traits.rehearses_cloud:
-        lb = dep.lab
+    lb = dep.settings
+    if target_module and target == dep.target and isinstance(lb, LabSettings):
         chaos = (f"a Spot preemption every {lb.chaos_interval:g} s on average"
                  + (f" (seed {lb.chaos_seed})" if lb.chaos_seed is not None else "")) if lb.chaos_interval else "none"
         out += [f"Lab: preemptions {chaos}; preemption notice {lb.preemption_notice:g} s; "
                 f"flex-start capacity after {lb.flex_start_delay:g} s; nodes boot in {lb.boot_delay:g} s"]
-    if dep.ssh_hosts:
+    if isinstance(dep.settings, SshSettings) and dep.settings.hosts:
         rows = [[h.name, h.role, h.nodeset or "-", f"{h.user}@{h.host}:{h.port}", h.service_manager]
-                for h in dep.ssh_hosts]
+                for h in dep.settings.hosts]
         out += ["", "Hosts (target ssh)", _table(["NAME", "ROLE", "NODESET", "SSH", "SERVICES"], rows)]
     if target == dep.target and dep.traits.hands_off_to_gcluster:
         # What the hand-off to Cluster Toolkit (render.gcluster) leaves out of its blueprint.

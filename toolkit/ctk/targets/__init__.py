@@ -31,7 +31,7 @@ from .base import (
 )
 
 if TYPE_CHECKING:
-    from ..blueprint.expand import Expanded
+    from ..plan import Planned
 
 # name -> its entry (the Target subclass, imported on first use; its traits)
 REGISTRY = TARGETS
@@ -94,15 +94,15 @@ def held(deployment_dir: str) -> dict | None:
             "running": True}
 
 
-def deploy(exp: Expanded, deployment_dir: str, *, max_nodes: int | None, progress: Progress,
+def deploy(planned: Planned, deployment_dir: str, *, max_nodes: int | None, progress: Progress,
            overwrite: bool = False) -> DeployOutcome:
-    """Write the deployment folder's files and deploy it on its blueprint's target, holding the
+    """Write the deployment folder's files of a planned blueprint and deploy it on its target, holding the
     folder's lock. A folder that holds another cluster (another name, or another target) is
     refused before anything is written, unless OVERWRITE: then the old one is stopped first
     (its users' data kept)."""
     from . import folder
 
-    dep = exp.deployment  # type: ignore[attr-defined]
+    exp, dep = planned.expanded, planned.deployment
     target = get(dep.target)
     with deployment_lock(deployment_dir):
         old = held(deployment_dir)

@@ -16,7 +16,7 @@ import shutil
 import subprocess
 
 from ..errors import Failure, UserError
-from ..model import Deployment
+from ..model import Deployment, GcpSettings
 from ..progress import Progress
 from .base import DeployOutcome, Status, Target
 
@@ -36,7 +36,7 @@ def deploy_commands(dep: Deployment, deployment_dir: str) -> list[list[str]]:
     """The gcluster command that deploys the folder's blueprint (images, then cluster)."""
     argv = [GCLUSTER, "deploy", os.path.join(_gcp_dir(deployment_dir), "blueprint.yaml"),
             "-o", _gcp_dir(deployment_dir), "--auto-approve"]
-    if not dep.gcp.get("project_id"):
+    if not dep.settings_of(GcpSettings).project_id:
         argv[3:3] = ["--vars", "project_id=YOUR_PROJECT"]
     return [argv]
 
@@ -67,7 +67,7 @@ class GcpTarget(Target):
                 *(f"  {c}" for c in commands),
                 f"and to take it down: gcluster destroy {os.path.join(_gcp_dir(deployment_dir), dep.deployment_name)}"],
                 record)
-        if not dep.gcp.get("project_id"):
+        if not dep.settings_of(GcpSettings).project_id:
             raise UserError("the gcp target needs a Google Cloud project to deploy into",
                             hint="give it: ctk deploy BP --vars project_id=YOUR_PROJECT")
         for c in cmds:

@@ -52,6 +52,7 @@ from ..model import (
     NO_SPOT_HINT,
     Deployment,
     ImageSpec,
+    LabSettings,
 )
 from ..progress import Progress
 from ..render.hostlist import compress
@@ -409,7 +410,7 @@ def ssh_config(plan: LabPlan, ldir: str) -> str:
     out = ["# ctk lab: ssh -F THIS_FILE LOGIN_NODE\n"]
     for x in plan.nodes:
         if x.role == "login":
-            out.append(f"Host {x.name}\n  HostName {x.addr}\n  Port {x.port}\n  User {plan.dep.lab.user}\n"
+            out.append(f"Host {x.name}\n  HostName {x.addr}\n  Port {x.port}\n  User {plan.dep.settings_of(LabSettings).user}\n"
                        f"  IdentityFile {ssh_key(ldir)}\n  IdentitiesOnly yes\n"
                        f"  UserKnownHostsFile {ldir}/known_hosts\n  StrictHostKeyChecking yes\n")
     return "".join(out)
@@ -482,7 +483,7 @@ def node_spec(plan: LabPlan, x: LabNode, ldir: str, lowerdirs: list[str]) -> nod
             binds.append({"src": os.path.join(ldir, "power", "requests"), "dest": POWER_DIR_IN_NODE})
     if acct:
         binds.append({"src": os.path.join(ldir, "slurmdbd"), "dest": DB_DIR_IN_NODE})
-    lab = plan.dep.lab
+    lab = plan.dep.settings_of(LabSettings)
     return nodes.NodeSpec(
         hostname=x.name, state_dir=os.path.join(ldir, "nodes", x.name), lowerdirs=lowerdirs,
         services=services, binds=binds, run_files=run_files, run_dirs=run_dirs,
@@ -492,7 +493,7 @@ def node_spec(plan: LabPlan, x: LabNode, ldir: str, lowerdirs: list[str]) -> nod
 
 def user_home(plan: LabPlan, ldir: str) -> str:
     """/home/USER of the lab's user (lab/home/USER, 0700, the user's), made on the first deploy."""
-    lab = plan.dep.lab
+    lab = plan.dep.settings_of(LabSettings)
     home = os.path.join(ldir, "home", lab.user)
     try:
         st = os.lstat(home)
@@ -513,7 +514,7 @@ def check_accounts(plan: LabPlan, lowerdirs: dict[str, list[str]]) -> None:
     from ..images.accounts import host_ids, image_accounts
 
     host_u, host_g = host_ids()
-    lab = plan.dep.lab
+    lab = plan.dep.settings_of(LabSettings)
     seen: list[tuple[str, str, int, int]] = [("the lab's user", lab.user, lab.user_uid, lab.user_uid)]
     for img in plan.images:
         seen += [(f"image {img.name}'s account", name, uid, gid) for name, uid, gid in image_accounts(lowerdirs[img.name])]
@@ -742,7 +743,7 @@ def power_dir(deployment_dir: str) -> str:
 def agent_config(plan: LabPlan, deployment_dir: str, specs: dict[str, nodes.NodeSpec]) -> dict:
     """What the lab's agent needs: the nodes it may boot, stop or preempt, with the specs they
     boot with, and the rehearsal's settings."""
-    lab = plan.dep.lab
+    lab = plan.dep.settings_of(LabSettings)
     return {"deployment_dir": os.path.abspath(deployment_dir), "n": plan.n,
             "preemption_notice": lab.preemption_notice, "flex_start_delay": lab.flex_start_delay,
             "flex_run_duration": lab.flex_run_duration, "boot_delay": lab.boot_delay,
@@ -901,7 +902,7 @@ def deploy_local(dep: Deployment, deployment_dir: str, *, max_nodes: int = DEFAU
             if rel in files:
                 os.chmod(os.path.join(ldir, rel), 0o755)
         netns.ensure_bridge(n)
-        write_wrappers(deployment_dir, client_node(plan.nodes), plan.dep.lab.user)
+        write_wrappers(deployment_dir, client_node(plan.nodes), plan.dep.settings_of(LabSettings).user)
 
         old_nodes = {x["name"]: x for x in old.get("nodes", [])}
         want = {x.name: x for x in plan.nodes}
@@ -961,7 +962,7 @@ def deploy_local(dep: Deployment, deployment_dir: str, *, max_nodes: int = DEFAU
         _save_state(deployment_dir, {"n": n, "deployment": dep.deployment_name, "nodes": records,
                                      "notes": plan.notes, "max_nodes": max_nodes, "complete": True,
                                      "accounting": acct, "cluster": dep.slurm_cluster_name,
-                                     "agent": plan.needs_agent, "user": dep.lab.user})
+                                     "agent": plan.needs_agent, "user": dep.settings_of(LabSettings).user})
         _wait_ready(deployment_dir, plan, ready_timeout, progress)
         if acct:
             _wait_accounting(deployment_dir, plan, ready_timeout, progress)
