@@ -392,6 +392,58 @@ def _wheels_ready_marker(wheels: Future, path: str) -> None:
     wheels.add_done_callback(done)
 
 
+def _start_from_beside(beside: Future, wheels: Future | None, seed_tree: str, lowers: list[str], store: Store,
+                       image: str, progress: Progress) -> tuple[tuple | None, list[str], dict]:
+    """The jax layer's start from the venv made beside the layers below (BESIDE): its seed, its
+    lower dirs (SEED_TREE first) and what the profile says of it. A failed head start only
+    costs the time it would have saved: the layer then makes its own venv, unless the wheels'
+    download itself failed, which is the build's error."""
+    t_wait = time.monotonic()
+    try:
+        seconds, root = beside.result()
+        said = {"seconds": round(seconds, 2), "waited": round(time.monotonic() - t_wait, 2)}
+        if not _seed_tree(root, seed_tree, lowers, move=True):
+            raise Failure(f"no venv at {JAX_VENV} in {root}")
+        progress.task(f"starting from the venv made beside the layers below ({seconds:.1f} s)")
+        return ("beside", seed_tree), [seed_tree] + lowers, said
+    except Exception as e:  # noqa: BLE001 (a failed head start only costs the time it would have saved)
+        if wheels is not None and wheels.done() and wheels.exception() is not None:
+            wheels.result()  # the download failed: that is the build's error, not a note
+        why = str(e).splitlines()[0] if str(e) else repr(e)
+        progress.say(f"note: the venv made beside the layers below failed ({why}); "
+                     f"the jax layer makes its own (log: {_log_path_name(store, image, 'jax-venv')})")
+        shutil.rmtree(seed_tree, ignore_errors=True)
+        return None, lowers, {"failed": why}
+
+
+def _start_from_layer(seed: tuple | None, seed_tree: str, lowers: list[str], store: Store,
+                      progress: Progress) -> tuple[tuple | None, list[str]]:
+    """A layer's start from the venv of an earlier jax layer (SEED: its key first), hard-linked
+    into SEED_TREE: the seed (None where it could not be) and the lower dirs."""
+    if not seed:
+        return None, lowers
+    t_seed = time.monotonic()
+    if not _seed_tree(store.layer_root(seed[0]), seed_tree, lowers):
+        return None, lowers
+    progress.task(f"starting from the venv of layer {seed[0]} (hard-linked, {time.monotonic() - t_seed:.1f} s)")
+    return seed, [seed_tree] + lowers
+
+
+def _wait_for_wheels(wheels: Future, work: str, binds: list[dict], extra: dict) -> list[dict]:
+    """Where the wheels' download (WHEELS) is still running, the node waits for it: a folder
+    bound into the node gets its marker once it ends (EXTRA gets the role's variables for it).
+    The binds with that folder; a finished download's error is raised here."""
+    if wheels.done():
+        wheels.result()  # raises what the download raised
+        return binds
+    ready = os.path.join(work, "ready")
+    os.makedirs(ready, mode=0o755)
+    extra["jax_wheels_ready"] = WHEELS_READY_IN_NODE
+    extra["jax_wheels_ready_timeout"] = WHEELS_READY_TIMEOUT
+    _wheels_ready_marker(wheels, os.path.join(ready, os.path.basename(WHEELS_READY_IN_NODE)))
+    return binds + [{"src": ready, "dest": os.path.dirname(WHEELS_READY_IN_NODE), "ro": True}]
+
+
 def _build_layer(store: Store, image: str, lp: LayerPlan, lower_keys: list[str], progress: Progress,
                  wheels: Future | None = None, beside: Future | None = None) -> dict:
     """Build one role's layer; returns its profile (see BuildResult.profile). WHEELS, for the jax
@@ -402,43 +454,16 @@ def _build_layer(store: Store, image: str, lp: LayerPlan, lower_keys: list[str],
     t0 = time.monotonic()
     run_files, extra_vars, binds = _build_time_inputs(store, lp.te_wheels)
     extra: dict = {}
-    lowers = store.lowerdirs(lower_keys)
-    seed = _seed_venv(store, lp)
     seed_tree = os.path.join(work, "seed")
     venv_beside = None
     if beside is not None:  # the venv made beside the layers below: the layer starts from it
-        t_wait = time.monotonic()
-        try:
-            seconds, root = beside.result()
-            venv_beside = {"seconds": round(seconds, 2), "waited": round(time.monotonic() - t_wait, 2)}
-            if not _seed_tree(root, seed_tree, lowers, move=True):
-                raise Failure(f"no venv at {JAX_VENV} in {root}")
-            seed = ("beside", seed_tree)
-            lowers = [seed_tree] + lowers
-            progress.task(f"starting from the venv made beside the layers below ({seconds:.1f} s)")
-        except Exception as e:  # noqa: BLE001 (a failed head start only costs the time it would have saved)
-            if wheels is not None and wheels.done() and wheels.exception() is not None:
-                wheels.result()  # the download failed: that is the build's error, not a note
-            progress.say(f"note: the venv made beside the layers below failed ({str(e).splitlines()[0] if str(e) else e!r}); "
-                         f"the jax layer makes its own (log: {_log_path_name(store, image, 'jax-venv')})")
-            venv_beside = {"failed": str(e).splitlines()[0] if str(e) else repr(e)}
-            shutil.rmtree(seed_tree, ignore_errors=True)
-    elif seed:
-        t_seed = time.monotonic()
-        if _seed_tree(store.layer_root(seed[0]), seed_tree, lowers):
-            lowers = [seed_tree] + lowers
-            progress.task(f"starting from the venv of layer {seed[0]} (hard-linked, {time.monotonic() - t_seed:.1f} s)")
-        else:
-            seed = None
-    if wheels is not None and wheels.done():
-        wheels.result()  # raises what the download raised
-    elif wheels is not None:
-        ready = os.path.join(work, "ready")
-        os.makedirs(ready, mode=0o755)
-        binds = binds + [{"src": ready, "dest": os.path.dirname(WHEELS_READY_IN_NODE), "ro": True}]
-        extra["jax_wheels_ready"] = WHEELS_READY_IN_NODE
-        extra["jax_wheels_ready_timeout"] = WHEELS_READY_TIMEOUT
-        _wheels_ready_marker(wheels, os.path.join(ready, os.path.basename(WHEELS_READY_IN_NODE)))
+        seed, lowers, venv_beside = _start_from_beside(beside, wheels, seed_tree, store.lowerdirs(lower_keys),
+                                                       store, image, progress)
+    else:
+        seed, lowers = _start_from_layer(_seed_venv(store, lp), seed_tree, store.lowerdirs(lower_keys), store,
+                                         progress)
+    if wheels is not None:
+        binds = _wait_for_wheels(wheels, work, binds, extra)
     node = buildnode.boot(lowers, work, run_files=run_files, binds=binds)
     booted = time.monotonic()
     log_path = _log_path(store, image, lp.role)
