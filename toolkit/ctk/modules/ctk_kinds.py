@@ -5,7 +5,10 @@ Sources start with `ctk/`. Every input is declared; an unknown setting is an err
 
 from __future__ import annotations
 
+import dataclasses
+
 from ..model import BASES, DEFAULT_BASE
+from . import cluster_toolkit
 from .schema import Input, ModuleKind, Output
 
 IMAGE_BASES = tuple(BASES)
@@ -57,26 +60,35 @@ NODESET = ModuleKind(
     outputs=(Output("nodeset", "The nodeset, for a partition's nodeset input."),),
 )
 
+def _as_cluster_toolkit(name: str, doc: str = "") -> Input:
+    """Input NAME of Cluster Toolkit's partition, which ctk's means the same (its type and
+    default declared once, there); DOC: what ctk says of it instead."""
+    inp = cluster_toolkit.PARTITION.input(name)
+    assert inp is not None, name
+    return dataclasses.replace(inp, doc=doc) if doc else inp
+
+
 PARTITION = ModuleKind(
     source="ctk/slurm/partition",
     role="partition",
     doc="A Slurm partition over one or more nodesets.",
     inputs=(
         _in("partition_name", "string", None, "Partition name.", required=True),
-        _in("nodeset", "list(object)", [], "Nodesets in the partition (via use)."),
-        _in("is_default", "bool", False, "Default partition for jobs that name none."),
-        _in("exclusive", "bool", True, "Whole nodes per job."),
+        _as_cluster_toolkit("nodeset", "Nodesets in the partition (via use)."),
+        _as_cluster_toolkit("is_default", "Default partition for jobs that name none."),
+        _as_cluster_toolkit("exclusive", "Whole nodes per job."),
         _in("max_time", "string", None, "MaxTime, e.g. 'UNLIMITED' or '2-00:00:00'."),
         _in("oversubscribe", "string", None, "OverSubscribe, e.g. 'NO', 'YES:4'."),
         _in("partition_conf", "map(any)", {}, "Extra PartitionName parameters."),
-        _in("suspend_time", "number", 300,
-            "Idle seconds before a dynamic node is powered down (SuspendTime; -1: never)."),
-        _in("resume_timeout", "number", None,
-            "Seconds a resumed node may take to register before Slurm marks it DOWN (ResumeTimeout, 1-65535); "
-            "null: the controller's cloud_parameters (on the gcp target, Cluster Toolkit's 300)."),
-        _in("suspend_timeout", "number", None,
-            "Seconds a suspended node may take to power down (SuspendTimeout, 1-65535); null: the "
-            "controller's cloud_parameters (on the gcp target, Cluster Toolkit's 120)."),
+        _as_cluster_toolkit("suspend_time",
+                            "Idle seconds before a dynamic node is powered down (SuspendTime; -1: never)."),
+        _as_cluster_toolkit("resume_timeout",
+                            "Seconds a resumed node may take to register before Slurm marks it DOWN (ResumeTimeout, "
+                            "1-65535); null: the controller's cloud_parameters (on the gcp target, Cluster Toolkit's "
+                            "300)."),
+        _as_cluster_toolkit("suspend_timeout",
+                            "Seconds a suspended node may take to power down (SuspendTimeout, 1-65535); null: the "
+                            "controller's cloud_parameters (on the gcp target, Cluster Toolkit's 120)."),
     ),
     outputs=(Output("partitions", "The partition, for the controller's partitions input."),),
 )
