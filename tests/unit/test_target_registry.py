@@ -73,8 +73,9 @@ def test_each_entry_is_a_target_with_its_traits(name):
 @pytest.mark.parametrize("name", sorted(target_registry.TARGETS))
 def test_each_entry_names_its_module_planning_and_settings(name):
     entry = REGISTRY[name]
-    assert target_registry.of_source(entry.source) == name
-    assert entry.source in KINDS, f"{entry.source}: no module kind of ctk's has that source"
+    kind = target_registry.resolve(entry.kind)
+    assert KINDS[kind.source] is kind, f"{entry.kind}: not among ctk's module kinds"
+    assert target_registry.of_source(kind.source) == name
     assert callable(target_registry.resolve(entry.planner))
     kind = target_registry.resolve(entry.settings)
     assert issubclass(kind, TargetSettings) and dataclasses.is_dataclass(kind)

@@ -1,9 +1,9 @@
 """The targets ctk knows, and what each can do: the one table a new target is added to.
 
-A target's code lives in its own modules, named here: its `Target` subclass (IMPL), its
-planning (PLANNER, which makes its settings from its target module, the blueprint module whose
-source is SOURCE) and the type of those settings in the Deployment model (SETTINGS). What the
-layers below the targets ask of a deployment's target (planning, rendering, the image commands)
+A target's code lives in its own modules, named here: its `Target` subclass (IMPL), the kind
+of its target module (KIND: a blueprint with one goes to this target), its planning (PLANNER,
+which makes its settings from that module) and the type of those settings in the Deployment
+model (SETTINGS). What the layers below the targets ask of a deployment's target (planning, rendering, the image commands)
 are its traits here, never its name. Pure data, imported by every layer; each "module:name" is
 imported on first use (resolve).
 """
@@ -40,7 +40,7 @@ class Traits:
 class Entry:
     impl: str  # "module:class" of its Target subclass
     traits: Traits
-    source: str  # the source of its target module: a blueprint with one goes to this target
+    kind: str  # "module:name" of its target module's kind (a blueprint with one goes to this target)
     # "module:function" planning it: (Expanded, Deployment, its target module or None,
     # Collector) -> its settings, once the rest of the Deployment is planned (ctk.plan.targets)
     planner: str
@@ -54,16 +54,16 @@ TARGETS: dict[str, Entry] = {
     "local": Entry("ctk.targets.local:LocalTarget",
                    Traits(builds_images_here=True, rehearses_cloud=True, hands_off_to_gcluster=False,
                           boots_slurm_gcp_images=False, writes_slurm_conf=True),
-                   "ctk/target/local", "ctk.plan.local:plan_local", "ctk.model:LabSettings",
+                   "ctk.modules.target_kinds.local:KIND", "ctk.plan.local:plan_local", "ctk.model:LabSettings",
                    job_cluster="ctk.targets.labclient:job_cluster"),
     "ssh": Entry("ctk.targets.ssh:SshTarget",
                  Traits(builds_images_here=True, rehearses_cloud=False, hands_off_to_gcluster=False,
                         boots_slurm_gcp_images=False, writes_slurm_conf=True),
-                 "ctk/target/ssh", "ctk.plan.ssh:plan_ssh", "ctk.model:SshSettings"),
+                 "ctk.modules.target_kinds.ssh:KIND", "ctk.plan.ssh:plan_ssh", "ctk.model:SshSettings"),
     "gcp": Entry("ctk.targets.gcp:GcpTarget",
                  Traits(builds_images_here=False, rehearses_cloud=False, hands_off_to_gcluster=True,
                         boots_slurm_gcp_images=True, writes_slurm_conf=False),
-                 "ctk/target/gcp", "ctk.plan.gcp:plan_gcp", "ctk.model:GcpSettings"),
+                 "ctk.modules.target_kinds.gcp:KIND", "ctk.plan.gcp:plan_gcp", "ctk.model:GcpSettings"),
 }
 
 # The target of a blueprint without a target module.
@@ -80,9 +80,14 @@ def settings_type(target: str) -> str:
     return TARGETS[target].settings
 
 
+def target_kinds() -> list[Any]:
+    """The module kinds (ctk.modules.schema.ModuleKind) of the targets' modules."""
+    return [resolve(e.kind) for e in TARGETS.values()]
+
+
 def of_source(source: str) -> str | None:
     """The target whose target module has SOURCE, or None: not a target module."""
-    return next((name for name, e in TARGETS.items() if e.source == source), None)
+    return next((name for name, e in TARGETS.items() if resolve(e.kind).source == source), None)
 
 
 def resolve(ref: str) -> Any:

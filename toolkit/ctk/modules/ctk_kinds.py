@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..model import BASES, DEFAULT_BASE
+from ..target_registry import target_kinds
 from . import cluster_toolkit
 from .schema import Input, ModuleKind, Output
 
@@ -141,85 +142,12 @@ SHARED_FS = ModuleKind(
     outputs=(Output("network_storage", "The mount, for network_storage inputs."),),
 )
 
-SSH_HOST_KEYS = ("name", "host", "port", "user", "key", "role", "nodeset", "slurmd_port", "slurmctld_port",
-                 "service_manager")
-SSH_ROLES = ("controller", "compute", "login")
-SERVICE_MANAGERS = ("systemd", "direct")
-
-SSH_TARGET = ModuleKind(
-    source="ctk/target/ssh",
-    role="target",
-    doc="Deploy onto existing machines over SSH (the ssh target): ctk's Ansible roles configure "
-        "the hosts listed here into the cluster the rest of the blueprint describes.",
-    inputs=(
-        _in("hosts", "list(object)", None,
-            "The machines, one mapping each: name (the node's name: Slurm NodeName, SlurmctldHost), "
-            "host (address ssh connects to; the node's NodeAddr), port (default 22), user (default "
-            "root; another user needs passwordless sudo), key (path of a private key file, relative "
-            "to the blueprint; default: ssh's own), role (controller, compute or login), nodeset "
-            "(computes: the nodeset's name or module id), slurmd_port, slurmctld_port, "
-            "service_manager (overrides the module's). Exactly one controller; each nodeset gets "
-            "one compute host per node.", required=True),
-        _in("service_manager", "string", "systemd",
-            "How daemons are started on the hosts: systemd, or direct (start-stop-daemon; for "
-            "machines without systemd, such as containers)."),
-    ),
-    outputs=(),
-)
-
-GCP_TARGET = ModuleKind(
-    source="ctk/target/gcp",
-    role="gcp-target",
-    doc="Deploy on Google Cloud (the gcp target): ctk writes a Cluster Toolkit blueprint that builds "
-        "its images on slurm-gcp's public images and the cluster from Cluster Toolkit's Slurm "
-        "modules, and gcluster deploys it.",
-    inputs=(
-        _in("project_id", "string", None, "Google Cloud project (null: give it to gcluster with --vars)."),
-        _in("region", "string", None, "Region of the cluster."),
-        _in("zone", "string", None, "Zone of the nodes and of the image builds."),
-        _in("image_machine_type", "string", "n2-standard-8", "Machine type of the VMs that build the images."),
-        _in("image_disk_size", "number", 50, "Boot disk of the built images, in GB."),
-    ),
-    outputs=(),
-)
-
-LOCAL_TARGET = ModuleKind(
-    source="ctk/target/local",
-    role="local-target",
-    doc="How the lab (the local target) rehearses a cloud: random preemptions of Spot nodes, their notice, "
-        "how long flex-start nodes wait for capacity and how long they run, how long a node takes to boot. The cluster stays on the local "
-        "target.",
-    inputs=(
-        _in("chaos_interval", "number", 0,
-            "Mean seconds between random preemptions of the lab's powered-up Spot nodes; 0: none."),
-        _in("chaos_seed", "number", None, "Random seed of the preemptions; null: a new one each deploy."),
-        _in("preemption_notice", "number", 30,
-            "Seconds between a preemption notice and the SIGTERM of the node's processes (Google Cloud gives 30)."),
-        _in("flex_start_delay", "number", 30,
-            "Seconds a flex-start (dws_flex) nodeset's resumed nodes wait for capacity; below the "
-            "partitions' ResumeTimeout."),
-        _in("flex_run_duration", "number", None,
-            "Seconds a flex-start node runs on the lab before its capacity is taken back (its jobs are "
-            "requeued); null: the nodeset's dws_flex.max_run_duration (at least 600, as Cluster Toolkit "
-            "requires). For rehearsing the take-back in minutes rather than hours."),
-        _in("boot_delay", "number", 0,
-            "Seconds a powered-up node takes to boot before its daemons start, as a cloud VM takes about a "
-            "minute; with flex_start_delay, below the partitions' ResumeTimeout."),
-        _in("user", "string", "researcher",
-            "The lab's ordinary user account, on every node, owning /home/USER: ctk job and ctk env's Slurm "
-            "commands run as it (ctk env --user root for an admin's)."),
-        _in("user_uid", "number", 1900000,
-            "uid and gid of the lab's user, the same on every node; between 1900000 and 1900099, numbers no "
-            "host account has (ctk deploy checks)."),
-    ),
-    outputs=(),
-)
-
 # The keys of the object settings ctk's kinds read (as Cluster Toolkit's modules name them).
 DWS_FLEX_KEYS = {"enabled": "bool", "max_run_duration": "number", "use_job_duration": "bool",
                  "use_bulk_insert": "bool"}
 CLOUD_PARAMETERS_KEYS = {"resume_timeout": "number", "suspend_timeout": "number", "resume_rate": "number",
                          "suspend_rate": "number"}
 
+# ctk's kinds, the targets' own (one module each, named in ctk.target_registry) among them.
 KINDS: dict[str, ModuleKind] = {k.source: k for k in (IMAGE, NODESET, PARTITION, CONTROLLER, LOGIN, SHARED_FS,
-                                                      SSH_TARGET, GCP_TARGET, LOCAL_TARGET)}
+                                                      *target_kinds())}

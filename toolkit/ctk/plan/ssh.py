@@ -19,7 +19,7 @@ from ..model import (
     SshHost,
     SshSettings,
 )
-from ..modules.ctk_kinds import (
+from ..modules.target_kinds.ssh import (
     SERVICE_MANAGERS,
     SSH_HOST_KEYS,
     SSH_ROLES,

@@ -1,0 +1,1 @@
+"""The targets' module kinds, one module each (ctk.target_registry names them)."""
