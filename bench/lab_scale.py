@@ -120,10 +120,10 @@ def lab_memory(dep: str) -> dict:
 
     state = load_state(dep)
     by_role: dict[str, list[int]] = {}
-    for x in state["nodes"]:
-        pid = node_pid(os.path.join(dep, "lab", "nodes", x["name"]))
+    for x in state.nodes:
+        pid = node_pid(os.path.join(dep, "lab", "nodes", x.name))
         if pid:
-            by_role.setdefault(x["role"], []).append(pss_kib([pid]))
+            by_role.setdefault(x.role, []).append(pss_kib([pid]))
     agent = agent_pid(os.path.join(os.path.abspath(dep), "lab", "power"))
     out = {role: {"nodes": len(v), "total_mb": round(sum(v) / 1024, 1), "per_node_mb": round(sum(v) / len(v) / 1024, 2)}
            for role, v in by_role.items()}

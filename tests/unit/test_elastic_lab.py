@@ -113,15 +113,15 @@ def test_the_power_scripts_hand_requests_to_the_agent_whole(tmp_path):
 
 def test_a_lab_whose_static_nodes_do_not_fit_is_refused_and_one_whose_dynamic_ones_would_not_is_told(monkeypatch):
     plan = local.plan_lab(elastic(), 3)
-    monkeypatch.setattr(local, "available_mb", lambda: 700)
+    monkeypatch.setattr(local.plan, "available_mb", lambda: 700)
     with pytest.raises(UserError, match=r"always-up node\(s\) need about .* MB and this machine has 700 MB"):
         local.check_memory(plan, set())
-    monkeypatch.setattr(local, "available_mb", lambda: 900)
+    monkeypatch.setattr(local.plan, "available_mb", lambda: 900)
     notes = local.check_memory(plan, set())
     assert len(notes) == 1 and "10 dynamic node(s) need about 120 MB more" in notes[0]
-    monkeypatch.setattr(local, "available_mb", lambda: 64000)
+    monkeypatch.setattr(local.plan, "available_mb", lambda: 64000)
     assert local.check_memory(plan, set()) == []
-    monkeypatch.setattr(local, "available_mb", lambda: None)
+    monkeypatch.setattr(local.plan, "available_mb", lambda: None)
     assert local.check_memory(plan, set()) == []
 
 

@@ -58,17 +58,40 @@ def test_a_deployment_folder_names_its_target(tmp_path):
 def test_lab_wrappers_are_valid_python_and_say_when_the_lab_is_down(tmp_path):
     """A wrapped Slurm command of a lab that is not running exits 1 and names the node."""
     import subprocess
-    import sys
 
     from ctk.targets import local
 
-    text = local.wrapper(str(tmp_path / "dep" / "lab"), "lab-login-0", "sbatch", sys.executable, "researcher")
-    compile(text, "sbatch", "exec")
-    path = tmp_path / "sbatch"
-    path.write_text(text)
-    path.chmod(0o755)
+    bindir = local.write_wrappers(str(tmp_path / "dep"), "lab-login-0", "researcher")
+    path = tmp_path / "dep" / "lab" / "bin" / "sbatch"
+    assert bindir == str(path.parent)
+    compile(path.read_text(), "sbatch", "exec")
     r = subprocess.run([str(path), "--wrap", "true"], capture_output=True, text=True, cwd=tmp_path)
     assert r.returncode == 1 and "the lab's node lab-login-0 is not running" in r.stderr, r.stderr
+
+
+def test_a_wrappers_text_holds_no_value_of_the_lab_and_a_foreign_config_is_refused(tmp_path):
+    """The lab's values (node, user, folders) are data in bin/wrapper.json, never source: a
+    node name that would be code stays a name; a wrapper.json ctk did not write is refused
+    (exit 125) before anything is entered."""
+    import subprocess
+
+    from ctk.targets import local
+
+    odd = "n'); import os; os.system('touch PWNED')  #\nx"
+    local.write_wrappers(str(tmp_path / "dep"), odd, "researcher")
+    text = (tmp_path / "dep" / "lab" / "bin" / "squeue").read_text()
+    assert "PWNED" not in text and "researcher" not in text
+    cfg = tmp_path / "dep" / "lab" / "bin" / local.WRAPPER_CONFIG
+    assert json.loads(cfg.read_text())["node"] == odd
+    squeue = str(tmp_path / "dep" / "lab" / "bin" / "squeue")
+    r = subprocess.run([squeue], capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 1 and "is not running" in r.stderr and not (tmp_path / "PWNED").exists(), r.stderr
+    cfg.write_text(json.dumps({**json.loads(cfg.read_text()), "node": "../../elsewhere"}))
+    r = subprocess.run([squeue], capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 125 and "is not one ctk wrote" in r.stderr, r.stderr
+    cfg.write_text("not json")
+    r = subprocess.run([squeue], capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 125 and "cannot read the lab's" in r.stderr, r.stderr
 
 
 def test_show_with_an_unknown_target_exits_2_naming_the_targets(capsys):

@@ -12,6 +12,7 @@ subclass and an entry there.
 from __future__ import annotations
 
 import importlib
+import json
 import os
 from typing import TYPE_CHECKING
 
@@ -74,8 +75,6 @@ def of_folder(deployment_dir: str) -> Target:
 def held(deployment_dir: str) -> dict | None:
     """The cluster a deployment folder holds: {target, cluster, deployment, running}, where it is
     deployed or keeps a destroyed lab's data; None where it holds none."""
-    import json
-
     name = target_of_folder(deployment_dir)
     if name is None or name not in REGISTRY:
         return None
@@ -100,6 +99,8 @@ def deploy(planned: Planned, deployment_dir: str, *, max_nodes: int | None, prog
     folder's lock. A folder that holds another cluster (another name, or another target) is
     refused before anything is written, unless OVERWRITE: then the old one is stopped first
     (its users' data kept)."""
+    # Here, not at the top: the folder's writer loads the renderers (Packer, gcluster), and
+    # `ctk job`, which imports this package for the lab's client, needs none of them.
     from . import folder
 
     exp, dep = planned.expanded, planned.deployment
@@ -132,6 +133,8 @@ def destroy(deployment_dir: str | None, progress: Progress, lease: int | None = 
     """Stop a deployment; with LEASE, the lab holding that lease whose folder is gone (with
     FORCE, one whose folder is still there too). A lab whose folder was removed while it ran is
     stopped through its lease too."""
+    # Here, not at the top: the local target's package loads the lab's planning, rendering and
+    # daemon code, and `ctk job` imports this package (for targets.labclient) without them.
     from . import leases, local
 
     if lease is not None:

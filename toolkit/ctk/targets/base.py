@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from .. import atomic
 from ..errors import UserError
 from ..locks import Busy, lock_file
 from ..progress import Progress
@@ -268,8 +269,6 @@ def read_state(folder: str) -> dict | None:
 
 def write_state(folder: str, state: dict) -> None:
     """Record a target's STATE in FOLDER, whole or not at all."""
-    from .. import atomic
-
     atomic.write_file(os.path.join(folder, STATE), json.dumps(state, indent=1) + "\n")
 
 

@@ -30,6 +30,7 @@ from ..render.gcluster import TARBALL_PATH, gcp_files
 from ..render.packer import PACKER_DIR, image_folders
 from ..render.slurmconf import render_cgroup_conf, render_gres_conf, render_slurm_conf
 from ..yamlout import dump
+from . import REGISTRY, get
 from .base import not_a_deployment_folder
 
 
@@ -62,8 +63,6 @@ def artifacts(exp: Expanded, dep: Deployment) -> dict[str, str | bytes]:
 
 
 def _folder_layout(dep: Deployment):
-    from . import REGISTRY, get
-
     return get(dep.target).folder_layout(dep) if dep.target in REGISTRY else None
 
 
@@ -133,8 +132,6 @@ def create(exp: Expanded, dep: Deployment, out_dir: str, overwrite: bool = False
                             hint="pass -w to overwrite it")
         if not os.path.exists(os.path.join(out_dir, "deployment.json")) and os.listdir(out_dir):
             raise not_a_deployment_folder(out_dir, "not overwriting it")
-        from . import REGISTRY, get
-
         for name in REGISTRY:
             refusal = get(name).overwrite_refusal(out_dir)
             if refusal is not None:

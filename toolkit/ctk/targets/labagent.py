@@ -35,39 +35,22 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from ..render.hostlist import expand
+from ..render.hostlist import compress, expand
 from ..sandbox import DaemonError, netns
 from ..sandbox import node as nodes
 from ..sandbox.proc import running_pid
+from .labclient import slurm
+from .labstate import MEMORY_RESERVE_MB, NODE_MB, available_mb
 
 POLL = 0.2  # seconds between looks at the request folder and the timers
 # Run in a node under notice: its /run/ctk/preempted says TRUE, written whole.
 PREEMPTED_SCRIPT = "mkdir -p /run/ctk && printf 'TRUE\\n' > /run/ctk/.preempted && mv -f /run/ctk/.preempted /run/ctk/preempted"
 SYNC = 3.0  # seconds between looks at Slurm's view of the nodes (Agent.sync), from the start
 WORKERS = 8  # nodes booted or stopped at once
-# What a lab node takes of this machine's memory, idle (bench/lab_scale.py measures it): a
-# compute node's nodeinit, munged and slurmd; the controller's MariaDB and slurmctld, and the
-# login node's sshd, take more. A job's own processes come on top.
-NODE_MB = {"compute": 12, "login": 16, "controller": 260}
-MEMORY_RESERVE_MB = 512  # left to the host and to jobs when a lab is at its largest
-
-
-def available_mb() -> int | None:
-    """This machine's available memory (MemAvailable), or None where /proc says nothing."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) // 1024
-    except OSError:
-        pass
-    return None
 
 
 def request(power_dir: str, op: str, names: list[str], **kw: Any) -> str:
     """Hand the agent a request (written whole, then renamed: the agent never reads half of one)."""
-    from ..render.hostlist import compress
-
     d = os.path.join(power_dir, "requests")
     os.makedirs(d, exist_ok=True)
     stamp = f"{time.time():.6f}.{os.getpid()}"
@@ -138,8 +121,6 @@ class Agent:
 
     def slurm(self, *argv: str) -> str | None:
         """One of the lab's Slurm commands (in its client node); its output, or None."""
-        from .labclient import slurm
-
         try:
             r = slurm(self.dir, *argv, timeout=30, check=False)
         except Exception as e:  # noqa: BLE001 - the agent keeps going; the event says why

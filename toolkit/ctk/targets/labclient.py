@@ -13,8 +13,6 @@ import os
 import stat
 import subprocess
 from collections.abc import Sequence
-from dataclasses import asdict
-from typing import TYPE_CHECKING
 
 from ..connect.base import (
     JOBS_SUBDIR,
@@ -30,19 +28,8 @@ from ..connect.base import (
 from ..errors import UserError
 from ..sandbox import DaemonError
 from ..sandbox import node as nodes
-from .base import read_state
-
-if TYPE_CHECKING:
-    from .local import LabNode
-
-
-def lab_dir(deployment_dir: str) -> str:
-    return os.path.join(deployment_dir, "lab")
-
-
-def load_state(deployment_dir: str) -> dict | None:
-    """The running lab's state (lab/state.json), or None."""
-    return read_state(lab_dir(deployment_dir))
+from ..sandbox.labwrapper import USER_ENV
+from .labstate import LabNode, lab_dir, load_state
 
 
 def jobcomp_log(deployment_dir: str) -> str:
@@ -50,10 +37,9 @@ def jobcomp_log(deployment_dir: str) -> str:
     return os.path.join(os.path.abspath(lab_dir(deployment_dir)), "slurmctld", "jobcomp.log")
 
 
-def client_node(nodes_: Sequence[dict] | Sequence[LabNode]) -> str:
+def client_node(nodes_: Sequence[LabNode]) -> str:
     """The node whose Slurm client commands ctk runs: the first login node, else the controller."""
-    rows = [x if isinstance(x, dict) else asdict(x) for x in nodes_]
-    return next((x["name"] for x in rows if x["role"] == "login"), next(x["name"] for x in rows if x["role"] == "controller"))
+    return next((x.name for x in nodes_ if x.role == "login"), next(x.name for x in nodes_ if x.role == "controller"))
 
 
 def client_dir(deployment_dir: str) -> str:
@@ -61,15 +47,15 @@ def client_dir(deployment_dir: str) -> str:
     state = load_state(deployment_dir)
     if state is None:
         raise UserError(f"{deployment_dir} has no running lab", hint=f"ctk deploy BLUEPRINT -o {deployment_dir}")
-    return os.path.join(lab_dir(deployment_dir), "nodes", client_node(state["nodes"]))
-
-
-USER_ENV = "CTK_LAB_USER"  # names the account the lab's commands run as (default: the lab's user)
+    return os.path.join(lab_dir(deployment_dir), "nodes", client_node(state.nodes))
 
 
 def lab_user(deployment_dir: str) -> str:
     """Who ctk's commands on the lab run as: $CTK_LAB_USER, else the lab's user."""
-    return os.environ.get(USER_ENV) or (load_state(deployment_dir) or {}).get("user", "root")
+    if os.environ.get(USER_ENV):
+        return os.environ[USER_ENV]
+    state = load_state(deployment_dir)
+    return (state.user if state else None) or "root"
 
 
 def home_of(user: str) -> str:
@@ -199,8 +185,8 @@ class LabCluster(HereCluster):
         """From accounting (one sacct call) where the lab keeps it; for the rest (a lab without
         accounting, or slurmdbd down), from the line slurmctld writes for every finished job to
         its job completion log (jobcomp/filetxt), kept in the deployment folder."""
-        state = load_state(self.dir) or {}
-        out: dict[str, tuple[str, int | None]] = self._sacct(ids) if state.get("accounting") else {}
+        state = load_state(self.dir)
+        out: dict[str, tuple[str, int | None]] = self._sacct(ids) if state and state.accounting else {}
         want = set(ids) - set(out)
         if not want:
             return out

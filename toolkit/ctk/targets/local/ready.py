@@ -1,0 +1,94 @@
+"""Waiting for a deployed lab to come up: every compute node taking jobs, slurmdbd holding the
+cluster; a daemon that died on the way fails the wait at once, quoting its log."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from typing import TypeVar
+
+from ...progress import Progress
+from ...sandbox import DaemonError
+from ...sandbox import node as nodes
+from ...waiting import TimedOut, poll
+from ..base import wait_ready
+from ..labstate import lab_dir
+from .plan import LabPlan
+from .status import cluster_registered, node_states
+
+T = TypeVar("T")
+
+
+ERROR_LINE = re.compile(r"\b(fatal|error|failed|cannot|can't|denied|refused)\b", re.I)
+
+
+def log_errors(path: str, n: int = 6) -> list[str]:
+    """The last N lines of the log at PATH that say what went wrong (else its last N lines),
+    each clipped: what a failure message quotes."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, os.fstat(f.fileno()).st_size - 65536))
+            lines = [ln.rstrip() for ln in f.read().decode("utf-8", "replace").splitlines() if ln.strip()]
+    except OSError:
+        return []
+    bad = [ln for ln in lines if ERROR_LINE.search(ln)]
+    return [ln if len(ln) <= 300 else ln[:297] + "..." for ln in (bad or lines)[-n:]]
+
+
+def dead_daemon(deployment_dir: str, plan: LabPlan) -> DaemonError | None:
+    """A daemon of a running node of the lab that has exited (slurmctld refusing its state,
+    slurmdbd without its database, ...): an error naming the node, the daemon and its last error
+    lines; None while every one runs."""
+    ldir = lab_dir(deployment_dir)
+    for x in plan.nodes:
+        sd = os.path.join(ldir, "nodes", x.name)
+        if nodes.node_alive(sd) is None:
+            continue  # not booted (a dynamic node powered down)
+        for name, st in nodes.service_states(sd).items():
+            if st.get("running", True):
+                continue
+            log = os.path.join(sd, "log", f"{name}.log")
+            why = f" with status {st['exit']}" if "exit" in st else (f": {st['error']}" if st.get("error") else "")
+            lines = log_errors(log)
+            return DaemonError(f"{name} on {x.name} exited{why} while the lab came up"
+                               + ("; its last errors:\n" + "\n".join("    " + ln for ln in lines) if lines else ""),
+                               hint=f"see {log}; fix the cause, then `ctk deploy` again")
+    return None
+
+
+def checked(deployment_dir: str, plan: LabPlan, check: Callable[[], T]) -> Callable[[], T]:
+    """CHECK, after making sure no daemon of the lab died (that raises at once)."""
+    def run() -> T:
+        err = dead_daemon(deployment_dir, plan)
+        if err:
+            raise err
+        return check()
+    return run
+
+
+def wait_nodes(deployment_dir: str, plan: LabPlan, timeout: float, progress: Progress) -> None:
+    """Until every compute node of the lab takes jobs (at most TIMEOUT seconds)."""
+    def timed_out(states: str) -> DaemonError:
+        ctl = plan.controller.name if plan.controller else None
+        lines = log_errors(os.path.join(lab_dir(deployment_dir), "nodes", ctl, "log", "slurmctld.log")) if ctl else []
+        return DaemonError(f"nodes did not become idle in {timeout:.0f}s: {states}"
+                           + (f"; slurmctld on {ctl} last said:\n" + "\n".join("    " + ln for ln in lines)
+                              if lines else ""),
+                           hint=f"see the nodes' logs in {os.path.join(lab_dir(deployment_dir), 'nodes')}/NODE/log")
+
+    wait_ready(checked(deployment_dir, plan, lambda: node_states(deployment_dir)),
+               [x.name for x in plan.nodes if x.role == "compute"], timeout, progress, 0.3, timed_out)
+
+
+def wait_accounting(deployment_dir: str, plan: LabPlan, timeout: float, progress: Progress) -> None:
+    """Until slurmdbd answers and holds the cluster, which slurmctld registers when it first
+    reaches slurmdbd."""
+    progress.task("wait for accounting (slurmdbd)")
+    name = plan.dep.slurm_cluster_name
+    try:
+        poll(checked(deployment_dir, plan, lambda: cluster_registered(deployment_dir, name)), timeout, 0.5)
+    except TimedOut:
+        log = os.path.join(lab_dir(deployment_dir), "nodes", plan.controller.name, "log", "slurmdbd.log")
+        raise DaemonError(f"slurmdbd on {plan.controller.name} did not register cluster {name} in time",
+                          hint=f"see {log}") from None
