@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .target_registry import Traits, resolve, settings_type, traits
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 # The Python each base OS ships as /usr/bin/python3: the interpreter an image's JAX venv is made
 # from, so the one its stack must be locked for. The one table of it; stacks, planning and image
@@ -213,6 +216,14 @@ NO_SPOT_HINT = "mark a nodeset enable_spot_vm: true (preemptible: true on Cluste
 
 
 S = TypeVar("S", bound="TargetSettings")
+D = TypeVar("D", bound="DataclassInstance")
+
+
+def from_fields(cls: type[D], d: dict[str, Any]) -> D:
+    """A CLS (a dataclass) of the values in D, a dict as asdict wrote it, perhaps by an earlier
+    ctk: the keys CLS does not have are left out, its fields D lacks take their defaults."""
+    known = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in d.items() if k in known})
 
 
 @dataclass
@@ -223,8 +234,7 @@ class TargetSettings:
     @classmethod
     def from_dict(cls: type[S], d: dict[str, Any]) -> S:
         """Its fields' values in D (as to_dict wrote them); keys it does not have are left out."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in known})
+        return from_fields(cls, d)
 
 
 @dataclass
@@ -282,8 +292,6 @@ class GcpSettings(TargetSettings):
     zone: str | None = None
     image_machine_type: str | None = None  # the VMs that build the images
     image_disk_size: int | float | None = None  # GB
-
-
 
 
 def _settings_from_dict(target: str, d: dict[str, Any]) -> TargetSettings:
@@ -350,8 +358,7 @@ class Deployment:
     def from_dict(cls, d: dict[str, Any]) -> Deployment:
         d = dict(d)
         # Fields an older ctk wrote and this one no longer has (an image's `cloud`) are dropped.
-        known = {f.name for f in dataclasses.fields(ImageSpec)}
-        d["images"] = [ImageSpec(**{k: v for k, v in x.items() if k in known}) for x in d.get("images", [])]
+        d["images"] = [from_fields(ImageSpec, x) for x in d.get("images", [])]
         d["nodesets"] = [Nodeset(**x) for x in d.get("nodesets", [])]
         d["partitions"] = [Partition(**x) for x in d.get("partitions", [])]
         d["controller"] = Controller(**d["controller"]) if d.get("controller") else None

@@ -3,8 +3,8 @@
 A target's code lives in its own modules, named here: its `Target` subclass (IMPL), the kind
 of its target module (KIND: a blueprint with one goes to this target), its planning (PLANNER,
 which makes its settings from that module) and the type of those settings in the Deployment
-model (SETTINGS). What the layers below the targets ask of a deployment's target (planning, rendering, the image commands)
-are its traits here, never its name. Pure data, imported by every layer; each "module:name" is
+model (SETTINGS). What the layers below the targets ask of a deployment's target (planning,
+rendering, the image commands) are its traits here, never its name. Pure data, imported by every layer; each "module:name" is
 imported on first use (resolve).
 """
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..blueprint.errors import Collector
+from ..blueprint.errors import BlueprintError, Collector
 from ..blueprint.expand import Expanded
 from ..model import Controller, Deployment
 from ..stacks import Stack, load_stacks
@@ -33,7 +33,7 @@ class Planned:
     deployment: Deployment
 
     @property
-    def warnings(self):
+    def warnings(self) -> list[BlueprintError]:
         """What is worth saying about the blueprint but does not stop it (BlueprintErrors)."""
         return self.expanded.warnings
 

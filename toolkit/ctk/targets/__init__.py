@@ -11,14 +11,13 @@ subclass and an entry there.
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 from typing import TYPE_CHECKING
 
 from ..errors import UserError, did_you_mean
 from ..progress import Progress
-from ..target_registry import TARGETS
+from ..target_registry import TARGETS, resolve
 from .base import (
     IDENTITY_HINT,
     DeployOutcome,
@@ -47,8 +46,7 @@ def get(name: str) -> Target:
     entry = REGISTRY.get(name)
     if entry is None:
         raise UserError(f"unknown target {name!r}", hint=did_you_mean(name, REGISTRY) or f"targets: {', '.join(REGISTRY)}")
-    module, cls = entry.impl.split(":")
-    _loaded[name] = getattr(importlib.import_module(module), cls)()
+    _loaded[name] = resolve(entry.impl)()
     return _loaded[name]
 
 
@@ -57,8 +55,7 @@ def job_cluster(name: str, deployment_dir: str):
     entry = REGISTRY.get(name)
     if entry is None or entry.job_cluster is None:
         return get(name).job_cluster(deployment_dir)
-    module, fn = entry.job_cluster.split(":")
-    return getattr(importlib.import_module(module), fn)(deployment_dir)
+    return resolve(entry.job_cluster)(deployment_dir)
 
 
 def of_folder(deployment_dir: str) -> Target:

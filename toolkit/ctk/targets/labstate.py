@@ -9,11 +9,11 @@ this at module level, with no cycle between them.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..model import from_fields
 from .base import read_state, write_state
 
 # What a lab node takes of this machine's memory, idle (bench/lab_scale.py measures it): a
@@ -83,11 +83,7 @@ class LabState:
     def from_dict(cls, d: dict[str, Any]) -> LabState:
         """The state in D, a state file's JSON; keys it lacks take their defaults, keys this
         ctk does not know are left out."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        kw = {k: v for k, v in d.items() if k in names}
-        node_names = {f.name for f in dataclasses.fields(NodeRecord)}
-        kw["nodes"] = [NodeRecord(**{k: v for k, v in x.items() if k in node_names}) for x in d.get("nodes", [])]
-        return cls(**kw)
+        return from_fields(cls, {**d, "nodes": [from_fields(NodeRecord, x) for x in d.get("nodes", [])]})
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
