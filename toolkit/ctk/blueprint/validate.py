@@ -213,7 +213,13 @@ def _ct_checks(exp: Expanded, c: Collector) -> None:
 
 def _check_embedded_source(doc, mod, c: Collector) -> None:
     """Cluster Toolkit fails on an embedded source that does not exist. ctk does not carry
-    every embedded module, so it only flags a source that is a near miss of one it knows."""
+    every embedded module, so it only flags a source that is a near miss of one it knows. A
+    ctk/ source is ctk's own: one it does not know is an error, near miss or not."""
+    if mod.source.startswith("ctk/"):
+        ours = sorted(k for k in ALL_KINDS if k.startswith("ctk/"))
+        c.add(f"unknown module source '{mod.source}'", doc.pos(mod.path + ("source",)),
+              did_you_mean(mod.source, ours) or "ctk's kinds: " + ", ".join(ours))
+        return
     if not mod.source.startswith(("modules/", "community/modules/")):
         return
     close = difflib.get_close_matches(mod.source, list(ALL_KINDS), n=1, cutoff=0.9)
