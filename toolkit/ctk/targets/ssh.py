@@ -82,15 +82,20 @@ def ssh_dir(deployment_dir: str) -> str:
 
 # ---- planning (pure) -------------------------------------------------------------------
 
+def hosts(dep: Deployment) -> list[SshHost]:
+    """The machines of an ssh-target deployment (its settings' hosts)."""
+    return dep.settings_of(SshSettings).hosts
+
+
 def controller_host(dep: Deployment) -> SshHost:
-    return next(h for h in dep.settings_of(SshSettings).hosts if h.role == "controller")
+    return next(h for h in hosts(dep) if h.role == "controller")
 
 
 def layout(dep: Deployment, host_munge_socket: str | None = None) -> NodeLayout:
     """Where the daemons listen: each node at its host's address, slurmd on its own port when
     the blueprint gives one (several nodes on one machine), Debian's paths, one slurmd per host."""
     ctl = controller_host(dep)
-    computes = [h for h in dep.settings_of(SshSettings).hosts if h.role == "compute"]
+    computes = [h for h in hosts(dep) if h.role == "compute"]
     return NodeLayout(
         controller_addr=ctl.host, controller_port=ctl.slurmctld_port or PROD_SLURMCTLD_PORT,
         node_addr={h.name: h.host for h in computes},
@@ -103,7 +108,7 @@ def layout(dep: Deployment, host_munge_socket: str | None = None) -> NodeLayout:
 def etc_hosts(dep: Deployment) -> list[dict]:
     """/etc/hosts entries (ctk_hosts): the hosts given by address; names in DNS stay with DNS."""
     out = []
-    for h in dep.settings_of(SshSettings).hosts:
+    for h in hosts(dep):
         try:
             ipaddress.ip_address(h.host)
         except ValueError:
@@ -136,9 +141,9 @@ def notes(dep: Deployment) -> list[str]:
             out.append(f"image {img.name}: extra_playbooks are not run on the ssh target")
     if any(img.base != "debian-12" for img in dep.images):
         out.append("the ssh target keeps each machine's own OS (image bases are not installed)")
-    if dep.logins and not any(h.role == "login" for h in dep.settings_of(SshSettings).hosts):
+    if dep.logins and not any(h.role == "login" for h in hosts(dep)):
         out.append("login nodes come from the ssh target's hosts (role: login); it lists none")
-    for h in dep.settings_of(SshSettings).hosts:
+    for h in hosts(dep):
         if "jax" not in host_image(dep, h).roles:
             out.append(f"{h.name}: its image has no jax role, so no JAX venv")
     return out
@@ -200,7 +205,7 @@ def inventory(dep: Deployment, sdir: str) -> dict:
         "pip_extra_args": f"--cert {PIP_CA_IN_HOST}" if bundle else "",
     }
     host_vars = []
-    for h in dep.settings_of(SshSettings).hosts:
+    for h in hosts(dep):
         img = host_image(dep, h)
         hv = {**_host_vars(h),
               # Package scripts start daemons under systemd as usual; without it ctk alone does.
@@ -343,7 +348,7 @@ class SshDeployResult:
 def write_files(dep: Deployment, deployment_dir: str) -> tuple[dict, list[str]]:
     """Write ssh/ (the key once, every other file when it changed). Returns (the state
     deploy_ssh records in ssh/state.json once the hosts are reached, the files that changed)."""
-    if not dep.settings_of(SshSettings).hosts:
+    if not hosts(dep):
         raise UserError("the blueprint has no ctk/target/ssh module listing hosts")
     sdir = ssh_dir(deployment_dir)
     os.makedirs(sdir, exist_ok=True)
@@ -357,7 +362,7 @@ def write_files(dep: Deployment, deployment_dir: str) -> tuple[dict, list[str]]:
         if rel not in files and os.path.exists(os.path.join(sdir, rel)):
             os.unlink(os.path.join(sdir, rel))
             changed.append(rel)
-    state = {"deployment": dep.deployment_name, "hosts": [asdict(h) for h in dep.settings_of(SshSettings).hosts], "notes": notes(dep)}
+    state = {"deployment": dep.deployment_name, "hosts": [asdict(h) for h in hosts(dep)], "notes": notes(dep)}
     return state, changed
 
 
@@ -393,11 +398,11 @@ def deploy_ssh(dep: Deployment, deployment_dir: str, progress: Progress | None =
     state, changed_files = write_files(dep, deployment_dir)
     for n in state["notes"]:
         progress.say(f"note: {n}")
-    result = SshDeployResult(deployment_dir, [h.name for h in dep.settings_of(SshSettings).hosts], {}, changed_files, state["notes"])
+    result = SshDeployResult(deployment_dir, [h.name for h in hosts(dep)], {}, changed_files, state["notes"])
     check_controller_hostname(deployment_dir, dep)
     # Hosts deployed before and no longer listed (or now at another address) are stopped first;
     # should that fail, the old state.json still lists them for the next try.
-    kept = {(h.name, h.host, h.port) for h in dep.settings_of(SshSettings).hosts}
+    kept = {(h.name, h.host, h.port) for h in hosts(dep)}
     dropped = [SshHost(**h) for h in (load_state(deployment_dir) or {}).get("hosts", [])
                if (h["name"], h["host"], h["port"]) not in kept]
     if dropped:
@@ -408,7 +413,7 @@ def deploy_ssh(dep: Deployment, deployment_dir: str, progress: Progress | None =
     # From here on the hosts may run daemons of this deployment: status and destroy find them.
     write_state(ssh_dir(deployment_dir), state)
     for phase in ("install", "configure"):
-        with progress.step(f"{phase} phase on {len(dep.settings_of(SshSettings).hosts)} host(s) over SSH"):
+        with progress.step(f"{phase} phase on {len(hosts(dep))} host(s) over SSH"):
             t = time.monotonic()
             recap = run_phase(deployment_dir, phase, progress)
             result.timings[phase] = round(time.monotonic() - t, 1)
@@ -518,7 +523,7 @@ class SshTarget(Target):
 
     def folder_layout(self, dep: Deployment) -> NodeLayout | None:
         # The hosts are known: their addresses and ports go into the folder's slurm.conf.
-        return layout(dep) if dep.settings_of(SshSettings).hosts else None
+        return layout(dep) if hosts(dep) else None
 
     def deploy(self, exp, dep: Deployment, deployment_dir: str, *, max_nodes: int | None,
                progress: Progress) -> DeployOutcome:
