@@ -97,7 +97,8 @@ def main() -> None:
         figures["api_over_sbatch"] = figures["api_submit_s"] / figures["sbatch_submit_s"]
 
         # 3. status of N registered jobs: fill the registry with held jobs, one squeue call
-        while len(list(registry.load(dep))) < args.status_jobs:
+        # (the registry is the cluster's, in ~/.local/state/ctk/clusters/, not in the deployment)
+        for _ in range(args.status_jobs - len(registry.load(cluster.registry_dir))):
             held.append(api.submit("jax-train", params, cluster, cmd, extra_args=["--hold"]).id)
         calls = []
         real_run = cluster.run
@@ -107,7 +108,7 @@ def main() -> None:
             return real_run(argv, *a, **k)
         cluster.run = counting
         t0 = time.perf_counter()
-        rows = scheduler.states(cluster, [str(r["id"]) for r in registry.load(dep)])
+        rows = scheduler.states(cluster, [str(r["id"]) for r in registry.load(cluster.registry_dir)])
         figures["status_api_s"] = time.perf_counter() - t0
         figures["status_slurm_calls"] = len(calls)
         cluster.run = real_run
@@ -138,6 +139,8 @@ def main() -> None:
                 cli["uncached"].append(ctk(*submit, env=uncached_env)[0])
             finally:
                 for c in caches:
+                    # the lab's agent (a process of its own) may have written a cache meanwhile
+                    shutil.rmtree(c, ignore_errors=True)
                     os.rename(c + ".aside", c)
         figures["cli_submit_s"] = statistics.median(cli["cached"])
         figures["cli_submit_min_s"] = min(cli["cached"])
