@@ -294,6 +294,28 @@ def test_jobs_the_partitions_would_never_start_are_refused_before_sbatch(lab):
     assert ids() == listed  # nothing registered (earlier jobs may change state meanwhile)
 
 
+def test_a_submission_sbatch_refuses_leaves_no_script_and_says_why(lab):
+    """The script and sbatch go into the lab's node in one entry: a job sbatch refuses (a --begin
+    it cannot read) exits 1 with sbatch's own words, and its script is gone again; an accepted
+    one's script stays, 0600 in the 0700 jobs folder."""
+    jobs = os.path.join(user_home(lab.path), ".ctk-jobs")
+    before = set(os.listdir(jobs)) if os.path.isdir(jobs) else set()
+    r = lab.ctk("job", "submit", "jax-train", "--deployment", lab.path, "--set", "partition=debug",
+                "--sbatch=--begin=not-a-time", "--", "true")
+    assert r.returncode == 1 and "sbatch failed" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert "begin" in r.stderr.lower(), r.stderr  # sbatch's reason, passed on
+    assert set(os.listdir(jobs)) == before
+    r = lab.ctk("job", "submit", "jax-train", "--deployment", lab.path, "--set", "partition=debug",
+                "--sbatch=--hold", "--", "true")
+    assert r.returncode == 0, r.stderr
+    jid = r.stdout.strip()
+    new = [n for n in set(os.listdir(jobs)) - before if n.endswith(".sbatch")]
+    assert len(new) == 1, new
+    st = os.stat(os.path.join(jobs, new[0]))
+    assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (1900000, 0o600)
+    lab.ctk("job", "cancel", jid, "--deployment", lab.path)
+
+
 def test_a_job_whose_dependency_can_never_be_met_says_so_and_wait_stops(lab):
     """--wait exits 3 for a job that failed (its own code printed) and 5, at once, for a job
     pending on a dependency that can never be satisfied, which `ctk job status` shows as its

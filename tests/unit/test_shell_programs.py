@@ -38,6 +38,7 @@ def _programs():
     yield "lab slurmdbd service", "sh", local.SLURMDBD_SCRIPT
     yield "node preemption notice", "sh", labagent.PREEMPTED_SCRIPT
     yield "private file writer over SSH", "sh", labclient.PRIVATE_WRITE_SCRIPT
+    yield "private file writer, then sbatch, in a lab node", "sh", labclient.PRIVATE_WRITE_AND_RUN
     yield "cluster identity probe", "sh", connect_base._IDENTITY_SH
     yield "gcluster build VM install script", "bash", gcluster.install_script("lab")
     for fmt in export.FORMATS:

@@ -34,7 +34,7 @@ import re
 import shlex
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ..errors import Failure, UserError
@@ -167,6 +167,22 @@ class Cluster:
     def remove(self, path: str) -> None:
         """Delete a script put_script stored (its submission failed); no error if it is gone."""
         raise NotImplementedError
+
+    def put_and_run(self, text: str, name: str, argv_for: Callable[[str], list[str]],
+                    timeout: float = 30) -> tuple[str, Result]:
+        """Store TEXT as a new script (put_script) and run argv_for(its path) (sbatch): (path,
+        the result). The script is removed again when the command fails or never answers, so
+        none stays behind for a job that does not exist. A cluster whose every command costs a
+        process of its own does both in one."""
+        path = self.put_script(text, name)
+        try:
+            r = self.run(argv_for(path), timeout=timeout)
+        except BaseException:
+            self.remove(path)
+            raise
+        if r.returncode != 0:
+            self.remove(path)
+        return path, r
 
     def read(self, path: str, offset: int = 0, missing: bytes | None = b"") -> bytes | None:
         raise NotImplementedError

@@ -40,14 +40,8 @@ def submit(cluster: Cluster, script_text: str, extra_args: Iterable[str] = (), n
            chdir: str | None = None) -> tuple[str, str]:
     """Store SCRIPT_TEXT in the cluster's jobs folder and sbatch it to run in CHDIR (default:
     the jobs folder): (job id, script path)."""
-    path = cluster.put_script(script_text, name)
-    try:
-        r = cluster.run(submit_argv(path, chdir or cluster.jobs_dir, extra_args))
-    except BaseException:
-        cluster.remove(path)
-        raise
-    if r.returncode != 0:  # no script stays behind for a job that does not exist
-        cluster.remove(path)
+    path, r = cluster.put_and_run(script_text, name, lambda p: submit_argv(p, chdir or cluster.jobs_dir, extra_args))
+    if r.returncode != 0:  # put_and_run left no script behind for a job that does not exist
         raise SlurmError(f"sbatch failed ({r.returncode}): {r.stderr.strip()}")
     job_id = r.stdout.strip().split(";", 1)[0]
     if not re.fullmatch(r"\d+", job_id):
