@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 JAX_VENV = "/opt/ctk/jax"  # where the jax role puts the stack's venv (its jax_venv default)
 JAX_TASK_PROLOG = "/usr/lib/ctk/jax-task-prolog"  # the jax role's Slurm TaskProlog (jax_task_prolog)
 HEALTH_CHECK = "/usr/lib/ctk/healthcheck"  # the slurm role's node health check (slurm_health_check)
+OCI_RUNTIME = "/usr/lib/ctk/oci-runtime"  # the slurm role's OCI runtime for Slurm's containers (slurm_oci_runtime)
 
 
 @dataclass(frozen=True)

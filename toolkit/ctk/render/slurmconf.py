@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..model import Deployment, Nodeset, Partition
+from ..model import OCI_RUNTIME, Deployment, Nodeset, Partition
 from .hostlist import compress
 
 __all__ = [
@@ -780,3 +780,22 @@ def render_cgroup_conf(dep: Deployment, *, layout: NodeLayout | None = None) -> 
         ]
     return "\n".join(lines) + "\n"
 
+
+
+# ----------------------------------------------------------------------- oci.conf
+
+
+def render_oci_conf(dep: Deployment) -> str:
+    """oci.conf text: Slurm's own containers (`srun --container=BUNDLE`, `sbatch --container`)
+    through the slurm role's OCI runtime on the compute nodes, which slurmstepd runs as the
+    job's user (runc, rootless; see the role's files/ctk-oci-runtime). Each container is named
+    by node, user, job, step and task."""
+    cid = "%n.%u.%j.%s.%t"
+    return "\n".join([
+        _header(dep),
+        "# srun/sbatch --container=BUNDLE: BUNDLE's root filesystem through runc, rootless, as the job's user.",
+        f'RunTimeQuery="{OCI_RUNTIME} state {cid}"',
+        f'RunTimeKill="{OCI_RUNTIME} kill --all {cid}"',
+        f'RunTimeDelete="{OCI_RUNTIME} delete --force {cid}"',
+        f'RunTimeRun="{OCI_RUNTIME} run {cid} -b %b"',
+    ]) + "\n"

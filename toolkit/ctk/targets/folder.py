@@ -28,7 +28,12 @@ from ..errors import Failure, UserError
 from ..model import Deployment
 from ..render.gcluster import TARBALL_PATH, gcp_files
 from ..render.packer import PACKER_DIR, image_folders
-from ..render.slurmconf import render_cgroup_conf, render_gres_conf, render_slurm_conf
+from ..render.slurmconf import (
+    render_cgroup_conf,
+    render_gres_conf,
+    render_oci_conf,
+    render_slurm_conf,
+)
 from ..yamlout import dump
 from . import REGISTRY, get
 from .base import not_a_deployment_folder
@@ -57,6 +62,7 @@ def artifacts(exp: Expanded, dep: Deployment) -> dict[str, str | bytes]:
         lay = _folder_layout(dep)
         files[f"{group}/slurm/slurm.conf"] = render_slurm_conf(dep, layout=lay)
         files[f"{group}/slurm/cgroup.conf"] = render_cgroup_conf(dep, layout=lay)
+        files[f"{group}/slurm/oci.conf"] = render_oci_conf(dep)
         if any(ns.gpu_count for ns in dep.nodesets):
             files[f"{group}/slurm/gres.conf"] = render_gres_conf(dep, layout=lay)
     return files

@@ -53,6 +53,7 @@ from ..render.slurmconf import (
     NodeLayout,
     render_cgroup_conf,
     render_gres_conf,
+    render_oci_conf,
     render_slurm_conf,
 )
 from ..runner import CommandError, run
@@ -228,6 +229,7 @@ def ssh_files(dep: Deployment, sdir: str) -> dict[str, str]:
     host_lay = layout(dep, os.path.join(sdir, "host-munge", "munge.sock"))
     files = {"etc/slurm/slurm.conf": render_slurm_conf(dep, layout=lay),
              "etc/slurm/cgroup.conf": render_cgroup_conf(dep, layout=lay),
+             "etc/slurm/oci.conf": render_oci_conf(dep),
              "etc/hosts": "".join(f"{x['addr']} {x['name']}\n" for x in etc_hosts(dep)),
              "host/slurm.conf": render_slurm_conf(dep, layout=host_lay),
              "inventory.yml": json.dumps(inventory(dep, sdir), indent=1) + "\n"}

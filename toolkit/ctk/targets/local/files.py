@@ -19,6 +19,7 @@ from ...render.slurmconf import (
     DbdLayout,
     render_cgroup_conf,
     render_gres_conf,
+    render_oci_conf,
     render_slurm_conf,
     render_slurmdbd_conf,
 )
@@ -81,6 +82,7 @@ def lab_files(plan: LabPlan, ldir: str) -> dict[str, str]:
     hosts = "127.0.0.1 localhost\n" + "".join(f"{x.addr} {x.name}\n" for x in plan.nodes)
     files = {"etc/slurm/slurm.conf": render_slurm_conf(plan.dep, layout=lay),
              "etc/slurm/cgroup.conf": render_cgroup_conf(plan.dep, layout=lay),
+             "etc/slurm/oci.conf": render_oci_conf(plan.dep),
              "etc/hosts": hosts}
     if any(ns.gpu_count for ns in plan.dep.nodesets):
         files["etc/slurm/gres.conf"] = render_gres_conf(plan.dep, layout=lay)
