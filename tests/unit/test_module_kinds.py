@@ -52,7 +52,7 @@ def test_all_kinds_keyed_by_source():
     assert ALL_KINDS
     for source, kind in ALL_KINDS.items():
         assert kind.source == source
-        assert kind.role in ("nodeset", "nodeset-tpu", "partition", "controller", "login", "image",
+        assert kind.role in ("nodeset", "nodeset-tpu", "partition", "controller", "login", "image", "container-image",
                              "shared-fs", "startup-script", "target", "gcp-target", "local-target", "")
         assert len(set(kind.input_names)) == len(kind.input_names), source
         if kind.role == "":

@@ -67,6 +67,8 @@ def test_proc_sys_and_the_shared_folders_are_the_nodes_bound_with_their_own_flag
         assert by_dest[d]["source"] == d and {"rbind", "nosuid", "nodev"} <= set(by_dest[d]["options"])
     assert "ro" in by_dest["/etc/passwd"]["options"] and "ro" not in by_dest["/tmp"]["options"]
     assert [m["destination"] for m in c["mounts"]].count("/proc") == 1
+    # a /run of its own where Slurm mounts the step's folder (/var/run/slurm) in a read-only root
+    assert by_dest["/run"]["type"] == "tmpfs" and [m["destination"] for m in c["mounts"]].index("/run") == 1
 
 
 def test_the_step_runs_in_its_folder_where_the_container_shares_it():

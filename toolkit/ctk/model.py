@@ -66,9 +66,15 @@ def base_python(base: str) -> str | None:
     return BASE_PYTHON.get(base)
 
 
+CONTAINER_IMAGE = "ctk/container-image"  # the module source of a container image
+CONTAINER_ROLES = ["common", "jax"]  # a container image's roles unless it names its own
+CONTAINERS_DIR = "/var/lib/ctk/containers"  # where a lab's nodes have each container image's OCI bundle
+
+
 @dataclass
 class ImageSpec:
-    """A node image: base OS, ordered Ansible roles, one software stack."""
+    """A node image, or a container image (source CONTAINER_IMAGE: jobs run in it through
+    Slurm's OCI support, srun --container): base OS, ordered Ansible roles, one software stack."""
 
     name: str
     module_id: str
@@ -313,6 +319,7 @@ class Deployment:
     slurm_cluster_name: str
     target: str = "local"  # local | ssh | gcp (a ctk/target/ssh or ctk/target/gcp module is present)
     images: list[ImageSpec] = field(default_factory=list)
+    containers: list[ImageSpec] = field(default_factory=list)  # container images (ctk/container-image)
     nodesets: list[Nodeset] = field(default_factory=list)
     partitions: list[Partition] = field(default_factory=list)
     controller: Controller | None = None
@@ -360,6 +367,7 @@ class Deployment:
         d = dict(d)
         # Fields an older ctk wrote and this one no longer has (an image's `cloud`) are dropped.
         d["images"] = [from_fields(ImageSpec, x) for x in d.get("images", [])]
+        d["containers"] = [from_fields(ImageSpec, x) for x in d.get("containers", [])]
         d["nodesets"] = [Nodeset(**x) for x in d.get("nodesets", [])]
         d["partitions"] = [Partition(**x) for x in d.get("partitions", [])]
         d["controller"] = Controller(**d["controller"]) if d.get("controller") else None

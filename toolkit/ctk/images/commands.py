@@ -17,9 +17,10 @@ from .verify import verify_image
 
 
 def select(dep: Deployment, only: str | None) -> list[ImageSpec]:
-    images = dep.images
+    images = dep.images + dep.containers
     if not images:
-        raise UserError("the blueprint declares no image (a ctk/image or modules/packer/custom-image module)")
+        raise UserError("the blueprint declares no image (a ctk/image, ctk/container-image or "
+                        "modules/packer/custom-image module)")
     if not dep.traits.builds_images_here:
         raise UserError(f"the {dep.target} target's images are built on Google Cloud, on slurm-gcp's images: "
                         "gcluster runs their Packer builds",
@@ -28,7 +29,7 @@ def select(dep: Deployment, only: str | None) -> list[ImageSpec]:
         images = [i for i in images if i.name == only]
         if not images:
             raise UserError(f"--only {only!r}: no such image (the blueprint has: "
-                            f"{', '.join(i.name for i in dep.images)})")
+                            f"{', '.join(i.name for i in dep.images + dep.containers)})")
     return images
 
 

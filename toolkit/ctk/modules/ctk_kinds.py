@@ -36,6 +36,22 @@ IMAGE = ModuleKind(
     outputs=(Output("image", "The image name, for an `image` input."),),
 )
 
+CONTAINER_IMAGE = ModuleKind(
+    source="ctk/container-image",
+    role="container-image",
+    doc="A container image of a stack: a base OS and Ansible roles (the JAX venv of the stack), built and "
+        "cached layer by layer like the node images. Jobs run in it with Slurm's own containers "
+        "(srun --container, the container template); ctk image export --format oci writes it.",
+    inputs=(
+        _in("name", "string", None, "Image name; the container template's image setting names it.", required=True),
+        _in("base", "string", DEFAULT_BASE, "Base OS: " + ", ".join(IMAGE_BASES) + "."),
+        _in("roles", "list(string)", ["common", "jax"], "Ansible roles, applied in this order."),
+        _in("stack", "string", None, "Software stack from images/stacks.yaml (ctk stack list); it must be "
+            "locked for the base's Python. null: the newest CPU stack for the base's Python."),
+    ),
+    outputs=(Output("image", "The image name."),),
+)
+
 NODESET = ModuleKind(
     source="ctk/slurm/nodeset",
     role="nodeset",
@@ -149,5 +165,5 @@ CLOUD_PARAMETERS_KEYS = {"resume_timeout": "number", "suspend_timeout": "number"
                          "suspend_rate": "number"}
 
 # ctk's kinds, the targets' own (one module each, named in ctk.target_registry) among them.
-KINDS: dict[str, ModuleKind] = {k.source: k for k in (IMAGE, NODESET, PARTITION, CONTROLLER, LOGIN, SHARED_FS,
+KINDS: dict[str, ModuleKind] = {k.source: k for k in (IMAGE, CONTAINER_IMAGE, NODESET, PARTITION, CONTROLLER, LOGIN, SHARED_FS,
                                                       *target_kinds())}

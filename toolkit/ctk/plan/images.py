@@ -12,6 +12,8 @@ from ..blueprint.expand import setting_pos as setting_pos
 from ..blueprint.expression import is_deferred
 from ..model import (
     BASE_PYTHON,
+    CONTAINER_IMAGE,
+    CONTAINER_ROLES,
     DEFAULT_BASE,
     Deployment,
     ImageSpec,
@@ -46,11 +48,12 @@ _BASES = (("debian-13", "debian-13"), ("debian13", "debian-13"), ("debian-12", "
 
 def image(em: ExpandedModule, exp: Expanded) -> ImageSpec:
     """The image a ctk/image module, or a Cluster Toolkit image module, makes."""
-    if em.module.source == "ctk/image":
+    if em.module.source in ("ctk/image", CONTAINER_IMAGE):
         name = str_of(em.get("name"), em.id) or em.id
         base = str_of(em.get("base"), DEFAULT_BASE)
+        default_roles = CONTAINER_ROLES if em.module.source == CONTAINER_IMAGE else ["common", "munge", "slurm", "jax"]
         return ImageSpec(name=name, module_id=em.id, base=base,
-                         roles=list(em.get("roles") or ["common", "munge", "slurm", "jax"]),
+                         roles=list(em.get("roles") or default_roles),
                          stack=str_of(em.get("stack"), "") or "",  # "": chosen by stacks
                          extra_playbooks=list(em.get("extra_playbooks") or []), source=em.module.source,
                          transformer_engine=str_of(em.get("transformer_engine")))
@@ -63,6 +66,19 @@ def image(em: ExpandedModule, exp: Expanded) -> ImageSpec:
             break
     name = str_of(em.get("image_family"), em.id) or em.id
     return ImageSpec(name=name, module_id=em.id, base=base, stack="", source=em.module.source)
+
+
+def unique_names(exp: Expanded, dep: Deployment, c: Collector) -> None:
+    """One name, one image: node images and container images share the image store's names
+    (ctk image build --only NAME, ctk image export NAME)."""
+    seen: dict[str, ImageSpec] = {}
+    for img in dep.images + dep.containers:
+        first = seen.setdefault(img.name, img)
+        if first is not img:
+            em = module_of(exp, img.module_id)
+            where = em.module.path + (("settings", "name") if "name" in em.explicit else ("id",))
+            c.add(f"image name '{img.name}' is taken: module {first.module_id} makes an image of that name",
+                  exp.blueprint.doc.pos(where), "give one of them another name")
 
 
 def _accelerator(img: ImageSpec, exp: Expanded, dep: Deployment) -> str:
@@ -89,7 +105,7 @@ def pick_stacks(exp: Expanded, dep: Deployment, c: Collector, stacks: dict[str, 
     Python (an error at the line that names it, with the newest stack that fits), else the
     newest stack of its accelerator for that Python."""
     doc = exp.blueprint.doc
-    for img in dep.images:
+    for img in dep.images + dep.containers:
         em = module_of(exp, img.module_id)
         py = base_python(img.base)
         jax = "jax" in img.roles
@@ -116,7 +132,7 @@ def pick_stacks(exp: Expanded, dep: Deployment, c: Collector, stacks: dict[str, 
             continue
         why = f"no {acc} stack is for Python {py}, the Python of base {img.base}"
         bases = _bases_for(lambda v, acc=acc: newest_for(stacks, acc, v) is not None)
-        if img.source == "ctk/image":
+        if img.source in ("ctk/image", CONTAINER_IMAGE):
             where = em.module.path + (("settings", "base") if "base" in em.explicit else ("id",))
             c.add(why, doc.pos(where), f"use a base whose Python a {acc} stack is for ({bases}), "
                                        "or leave out the jax role")

@@ -61,6 +61,8 @@ def plan_modules(exp: Expanded, dep: Deployment, cluster: str, images: dict[str,
                 dep.nodesets.append(ns)
         elif role == "image":
             dep.images.append(image(em, exp))
+        elif role == "container-image":
+            dep.containers.append(image(em, exp))
         elif role == "shared-fs" or ("/file-system/" in src and em.get("local_mount")):
             mount = str_of(em.get("local_mount"))
             if mount:

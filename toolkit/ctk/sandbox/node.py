@@ -41,6 +41,8 @@ class NodeSpec:
     lowerdirs: list[str]  # image layers, topmost first
     services: list[Service] = field(default_factory=list)
     binds: list[dict] = field(default_factory=list)  # {src, dest, ro}
+    # Read-only trees of image layers in the node (a container image's rootfs): {dest, lowerdirs}.
+    overlays: list[dict] = field(default_factory=list)
     run_files: dict[str, dict] = field(default_factory=dict)  # path under /run -> {src, mode, owner}
     run_dirs: list[dict] = field(default_factory=list)  # {path (under /run), mode, owner}
     stop_timeout: float = 10.0

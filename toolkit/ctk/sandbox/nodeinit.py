@@ -237,6 +237,13 @@ def setup(spec: dict) -> None:
         dest = in_tree(root, b["dest"], "dir" if os.path.isdir(b["src"]) else "file")
         _mount("--bind", b["src"], dest)
         _mount("-o", "remount,bind,nosuid,nodev" + (",ro" if b.get("ro") else ""), dest)
+    for o in spec.get("overlays", []):  # read-only: no upper dir, nothing of the node's written there
+        dest = in_tree(root, o["dest"], "dir")
+        if len(o["lowerdirs"]) > 1:
+            _mount("-t", "overlay", "overlay", "-o", f"ro,nosuid,nodev,lowerdir={':'.join(o['lowerdirs'])}", dest)
+        else:
+            _mount("--bind", o["lowerdirs"][0], dest)
+            _mount("-o", "remount,bind,ro,nosuid,nodev", dest)
     for rel, f in spec.get("run_files", {}).items():  # secrets and runtime files: tmpfs only
         dest = os.path.join(root, "run", rel)
         os.makedirs(os.path.dirname(dest), exist_ok=True)

@@ -147,7 +147,7 @@ def _images(plan: LabPlan, store: Store, progress: Progress) -> dict[str, list[s
     from ...images.build import build_image
 
     layers: dict[str, list[str]] = {}
-    for img in plan.images:
+    for img in plan.images + plan.containers:
         rec = store.image(img.name)
         if rec is None or not all(store.has(k) for k in rec["layers"]) or rec["spec"] != asdict(img):
             build_image(img, store, progress)
@@ -276,7 +276,8 @@ def _bring_up(dep: Deployment, deployment_dir: str, plan: LabPlan, old: LabState
         notes=plan.notes, max_nodes=max_nodes, complete=False))
     # Slurm 22.05 adds or moves nodes only on a restart of its daemons; a change of
     # partitions or limits needs no more than `scontrol reconfigure`.
-    specs = {x.name: node_spec(plan, x, ldir, store.lowerdirs(layers[x.image])) for x in plan.nodes}
+    containers = {c.name: store.lowerdirs(layers[c.name]) for c in plan.containers}
+    specs = {x.name: node_spec(plan, x, ldir, store.lowerdirs(layers[x.image]), containers) for x in plan.nodes}
     run.specs = specs
     _sort_nodes(plan, specs, files, old_nodes, node_set_changed, run)
     _boot_all(n, run.to_boot, run.started, progress)

@@ -14,7 +14,8 @@ from dataclasses import asdict
 
 from ... import atomic
 from ...errors import UserError
-from ...model import LabSettings
+from ...model import CONTAINERS_DIR, LabSettings
+from ...render.oci import bundle_config_text
 from ...render.slurmconf import (
     DbdLayout,
     render_cgroup_conf,
@@ -84,6 +85,8 @@ def lab_files(plan: LabPlan, ldir: str) -> dict[str, str]:
              "etc/slurm/cgroup.conf": render_cgroup_conf(plan.dep, layout=lay),
              "etc/slurm/oci.conf": render_oci_conf(plan.dep),
              "etc/hosts": hosts}
+    for c in plan.containers:  # each container image's OCI bundle config, beside its rootfs in the nodes
+        files[f"containers/{c.name}/config.json"] = bundle_config_text(c)
     if any(ns.gpu_count for ns in plan.dep.nodesets):
         files["etc/slurm/gres.conf"] = render_gres_conf(plan.dep, layout=lay)
     files["ssh_config"] = ssh_config(plan, ldir)
@@ -166,7 +169,8 @@ def ssh_keys(plan: LabPlan, ldir: str) -> None:
     atomic.write_if_changed(os.path.join(ldir, "known_hosts"), known)
 
 
-def node_spec(plan: LabPlan, x: LabNode, ldir: str, lowerdirs: list[str]) -> nodes.NodeSpec:
+def node_spec(plan: LabPlan, x: LabNode, ldir: str, lowerdirs: list[str],
+              containers: dict[str, list[str]] | None = None) -> nodes.NodeSpec:
     """What node X boots with (its image's LOWERDIRS): its daemons, the secrets on its tmpfs,
     the lab's folders it binds, its network namespace and the lab's user."""
     slurm_auth = plan.dep.controller is not None and plan.dep.controller.slurm_auth
@@ -219,10 +223,17 @@ def node_spec(plan: LabPlan, x: LabNode, ldir: str, lowerdirs: list[str]) -> nod
             binds.append({"src": os.path.join(ldir, "power", "requests"), "dest": POWER_DIR_IN_NODE})
     if acct:
         binds.append({"src": os.path.join(ldir, "slurmdbd"), "dest": DB_DIR_IN_NODE})
+    overlays: list[dict] = []
+    if x.role == "compute":  # each container image, read-only, as an OCI bundle Slurm can run
+        for name, layers in sorted((containers or {}).items()):
+            bundle = f"{CONTAINERS_DIR}/{name}"
+            binds.append({"src": os.path.join(ldir, "containers", name, "config.json"),
+                          "dest": f"{bundle}/config.json", "ro": True})
+            overlays.append({"dest": f"{bundle}/rootfs", "lowerdirs": layers})
     lab = plan.dep.settings_of(LabSettings)
     return nodes.NodeSpec(
         hostname=x.name, state_dir=os.path.join(ldir, "nodes", x.name), lowerdirs=lowerdirs,
-        services=services, binds=binds, run_files=run_files, run_dirs=run_dirs,
+        services=services, binds=binds, overlays=overlays, run_files=run_files, run_dirs=run_dirs,
         netns=os.path.join(netns.NETNS_DIR, netns.netns(plan.n, x.host)),
         accounts=[{"name": lab.user, "uid": lab.user_uid, "gid": lab.user_uid, "home": f"/home/{lab.user}"}])
 

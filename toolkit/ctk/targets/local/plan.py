@@ -47,6 +47,7 @@ class LabPlan:
     nodes: list[LabNode]
     images: list[ImageSpec]
     notes: list[str] = field(default_factory=list)
+    containers: list[ImageSpec] = field(default_factory=list)  # built here; every compute node has each
 
     def node(self, name: str) -> LabNode | None:
         return next((x for x in self.nodes if x.name == name), None)
@@ -153,7 +154,12 @@ def plan_lab(dep: Deployment, n: int, max_nodes: int = DEFAULT_MAX_NODES) -> Lab
     for i, (name, image) in enumerate(logins):  # sshd on a port of the lease each
         nodes_.append(LabNode(name, "login", leases.addr(n, host), leases.port(n, 1 + i), image_of(image), host=host))
         host += 1
-    return LabPlan(n, scaled, nodes_, images, notes)
+    from ...images.base import SUITES  # see _local_images
+
+    containers = [c for c in scaled.containers if c.base in SUITES]
+    notes += [f"container image {c.name} ({c.base}) is not built on the local target" for c in scaled.containers
+              if c.base not in SUITES]
+    return LabPlan(n, scaled, nodes_, images, notes, containers)
 
 
 def memory_mb(nodes_: list[LabNode]) -> int:

@@ -1,0 +1,124 @@
+"""Slurm's own containers on the lab, for real: a ctk/container-image built from the lab's
+stack (its base and common layers shared with the node image), mounted read-only as an OCI
+bundle in every compute node, and run by `srun --container` through runc, rootless, as the
+lab's user: two processes on two nodes talk through jax.distributed inside the container."""
+
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from .conftest import LAB, ctk, lab_env, user_home
+from .labtools import deploy
+
+pytestmark = pytest.mark.integration
+for tool in ("slurmctld", "packer", "debootstrap"):
+    if not shutil.which(tool, path="/usr/sbin:/usr/bin:/sbin:/bin"):
+        pytest.skip(f"{tool} is not installed", allow_module_level=True)
+
+BUNDLE = "/var/lib/ctk/containers/jax-cpu"
+CONTAINER_MODULE = """
+  - id: jax_container
+    source: ctk/container-image
+    settings:
+      name: jax-cpu
+      stack: jax-cpu
+"""
+
+# Run in the container by both tasks: jax.distributed from Slurm's environment, one allgather
+# across the nodes, and what the container is (its os-release, its jax, no Slurm of its own).
+DIST = """\
+import os, socket
+import jax
+jax.distributed.initialize()
+import jax.numpy as jnp
+from jax.experimental import multihost_utils
+gathered = multihost_utils.process_allgather(jnp.array([jax.process_index()]))
+release = dict(line.split("=", 1) for line in open("/etc/os-release").read().splitlines() if "=" in line)
+open(f"/home/{os.environ['USER']}/written-by-{jax.process_index()}", "w").close()
+print("ctk-container", socket.gethostname(), jax.process_index(), jax.process_count(), jax.__version__,
+      release["PRETTY_NAME"].strip('"').replace(" ", "_"), ",".join(str(int(v)) for v in gathered.ravel()),
+      os.path.exists("/etc/slurm/slurm.conf"), os.getuid(), flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def blueprint(tmp_path_factory):
+    text = open(LAB).read()
+    assert "      stack: jax-cpu\n" in text
+    bp = tmp_path_factory.mktemp("bp") / "lab-containers.yaml"
+    bp.write_text(text.replace("      stack: jax-cpu\n", "      stack: jax-cpu\n" + CONTAINER_MODULE, 1)
+                  .replace("deployment_name: lab", "deployment_name: clab"))
+    return str(bp)
+
+
+@pytest.fixture(scope="module")
+def built(lab_build, state, blueprint):
+    r = ctk("image", "build", blueprint, "--only", "jax-cpu", "--json", env={"CTK_STATE_DIR": state})
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout)[0]
+
+
+@pytest.fixture(scope="module")
+def lab(built, state, blueprint, tmp_path_factory):
+    lab = deploy(tmp_path_factory, state, "clab", blueprint)
+    yield lab
+    lab.ctk("destroy", lab.path)
+
+
+def srun_as_user(lab, *argv, timeout=180):
+    return subprocess.run(["srun", *argv], capture_output=True, text=True, timeout=timeout,
+                          env=lab_env(lab.path), cwd=user_home(lab.path))
+
+
+def test_the_container_image_shares_the_node_images_layers_and_is_verified(built):
+    """Only the jax layer is its own: base and common are the lab image's, from the cache."""
+    assert built["image"] == "jax-cpu" and built["built"] in ([], ["jax"]), built
+    assert "common" in built["cached"] and "verified" in built, built
+
+
+def test_two_nodes_run_jax_distributed_inside_the_container(lab):
+    with open(os.path.join(user_home(lab.path), "dist.py"), "w") as f:
+        f.write(DIST)
+    os.chown(os.path.join(user_home(lab.path), "dist.py"), 1900000, 1900000)
+    r = srun_as_user(lab, "-p", "debug", "-N2", f"--container={BUNDLE}", "python3", "dist.py")
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = sorted(line.split()[1:] for line in r.stdout.splitlines() if line.startswith("ctk-container "))
+    from ctk.stacks import load_stacks
+    version = load_stacks()["jax-cpu"].jax
+    assert [row[:3] for row in rows] == [["clabdebugnodeset-0", "0", "2"], ["clabdebugnodeset-1", "1", "2"]], r.stdout
+    for host, _, _, jax_version, release, gathered, has_slurm, uid in rows:
+        print("container on", host, "jax", jax_version, "os", release)
+        assert jax_version == version and release.startswith("Debian_GNU/Linux"), rows
+        assert gathered == "0,1", rows  # each process saw both: the allgather crossed the nodes
+        assert has_slurm == "False", rows  # the container's tree, not the node's (which has Slurm)
+        assert uid == "0", rows  # root of the container's user namespace...
+    for i in (0, 1):  # ...which is the lab's user outside it, on the shared /home
+        st = os.stat(os.path.join(user_home(lab.path), f"written-by-{i}"))
+        assert (st.st_uid, st.st_gid) == (1900000, 1900000)
+
+
+def test_a_container_cannot_write_its_image_or_see_the_nodes_secrets(lab):
+    r = srun_as_user(lab, "-p", "debug", "-N1", f"--container={BUNDLE}", "sh", "-c",
+                     "touch /usr/bin/x 2>&1; ls /etc/munge/munge.key /run/ctk 2>&1; cat /proc/self/uid_map")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "Read-only file system" in r.stdout, r.stdout
+    assert "munge.key': No such file" in r.stdout and "/run/ctk': No such file" in r.stdout, r.stdout
+    assert r.stdout.split()[-3:] == ["0", "1900000", "1"], r.stdout  # one id mapped: the user's
+
+
+def test_a_state_folder_another_user_made_is_refused_with_why(lab):
+    """Another account of the node could make /tmp/ctk-oci-UID before the user's first
+    container, to read or change runc's state: the runtime refuses the folder and says so."""
+    node = "clabdebugnodeset-1"
+    r = lab.ctk("exec", lab.path, node, "--", "sh", "-c", "rm -rf /tmp/ctk-oci-1900000 && mkdir -m 777 /tmp/ctk-oci-1900000")
+    assert r.returncode == 0, r.stderr
+    try:
+        r = srun_as_user(lab, "-p", "debug", "-N1", "-w", node, f"--container={BUNDLE}", "true")
+        assert r.returncode != 0 and "not a folder of uid 1900000 alone" in r.stderr, r.stderr
+    finally:
+        lab.ctk("exec", lab.path, node, "--", "rm", "-rf", "/tmp/ctk-oci-1900000")
+    r = srun_as_user(lab, "-p", "debug", "-N1", "-w", node, f"--container={BUNDLE}", "true")
+    assert r.returncode == 0, r.stderr[-3000:]
