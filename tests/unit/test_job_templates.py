@@ -227,7 +227,8 @@ def test_golden(case, capsys):
 
 def test_deployment_facts():
     facts = templates.cluster_facts(_dep("ct-a3mega"), None)
-    assert facts == {"accelerator": "gpu", "network": "gpudirect-tcpxo", "partition": "a3mega", "gpus_per_node": 8}
+    assert facts == {"accelerator": "gpu", "network": "gpudirect-tcpxo", "partition": "a3mega", "gpus_per_node": 8,
+                     "container_runtime": "oci", "container_images": []}
     assert templates.cluster_facts(_dep("ct-a3mega"), "debugnodeset")["accelerator"] == "cpu"
     assert templates.cluster_facts(_dep("ct-a3ultra"), None)["network"] == "rdma"
     tpu = templates.cluster_facts(_dep("ct-hpc-slurm6-tpu"), None)
@@ -432,3 +433,55 @@ def test_bad_bounds_in_a_template_are_refused(field, msg, tmp_path, monkeypatch)
     monkeypatch.setenv("CTK_SBATCH_DIR", str(tmp_path))
     with pytest.raises(UserError, match=msg):
         templates.load_template("t")
+
+
+def _with_containers(name: str = "lab") -> Deployment:
+    """The lab's deployment with a container image jax-cpu (ctk/container-image)."""
+    from ctk.model import CONTAINER_IMAGE, ImageSpec
+
+    dep = _dep(name)
+    dep.containers = [ImageSpec(name="jax-cpu", module_id="jax_container", roles=["common", "jax"],
+                                source=CONTAINER_IMAGE)]
+    return dep
+
+
+def test_container_on_a_lab_runs_slurms_own_containers_from_its_image():
+    s = templates.render("container", {"image": "jax-cpu", "workdir": "/home/researcher/run"}, CMD, _with_containers())
+    assert "--container=/var/lib/ctk/containers/jax-cpu --chdir=/home/researcher/run" in s
+    assert "--container-image" not in s and "ctk: container runtime oci" in s
+    r = subprocess.run(["bash", "-n"], input=s, text=True, capture_output=True)
+    assert r.returncode == 0, r.stderr
+    # the lab's nodes have Slurm's containers, yet a pyxis cluster elsewhere is one flag away
+    s = templates.render("container", {"image": "nvcr.io#nvidia/jax:25.04-py3", "runtime": "pyxis"}, CMD,
+                         _with_containers())
+    assert "--container-image='nvcr.io#nvidia/jax:25.04-py3'" in s and "ctk: container runtime pyxis" in s
+
+
+def test_container_without_a_deployment_takes_the_runtime_from_the_images_form():
+    assert "--container=/srv/bundles/jax" in templates.render("container", {"image": "/srv/bundles/jax"}, CMD)
+    assert "--container=/var/lib/ctk/containers/jax-cpu" in templates.render("container", {"image": "jax-cpu"}, CMD)
+    for pyxis in ("nvcr.io#nvidia/jax:25.04-py3", "/images/jax.sqsh", "docker://ghcr.io/nvidia/jax:jax"):
+        assert "--container-image=" in templates.render("container", {"image": pyxis}, CMD), pyxis
+
+
+@pytest.mark.parametrize("params,message", [
+    ({"image": "nope"}, "the deployment has no container image of that name"),
+    ({"image": "nvcr.io#nvidia/jax:25.04-py3"}, "an image for pyxis/enroot"),
+    ({"image": "jax-cpu", "mounts": ["/data:/data"]}, "mounts are pyxis's"),
+    ({"image": "jax-cpu", "workdir": "/opt/run"}, "under /home or /tmp"),
+    ({"image": "jax/cpu"}, "not a container image name nor an absolute bundle folder"),
+    ({"image": "jax-cpu", "runtime": "docker"}, "one of auto, oci, pyxis"),
+])
+def test_container_mistakes_on_a_lab_are_refused_with_what_to_do(params, message):
+    with pytest.raises(UserError) as e:
+        templates.render("container", params, CMD, _with_containers())
+    said = f"{e.value} {getattr(e.value, 'hint', '')}"
+    assert message in said, said
+    if params["image"] == "nope":
+        assert "jax-cpu" in said  # the images it has
+
+
+def test_container_on_a_lab_without_container_images_says_how_to_add_one():
+    with pytest.raises(UserError) as e:
+        templates.render("container", {"image": "jax-cpu"}, CMD, _dep("lab"))
+    assert "add a ctk/container-image module" in f"{e.value} {getattr(e.value, 'hint', '')}"

@@ -34,6 +34,9 @@ class Traits:
     # ctk writes the cluster's slurm.conf (cgroup.conf, gres.conf) into the deployment folder;
     # False where the cluster's own tooling writes them (slurm-gcp on Google Cloud).
     writes_slurm_conf: bool
+    # Its compute nodes have each of the deployment's container images as an OCI bundle
+    # (model.CONTAINERS_DIR/NAME), which Slurm's own containers run (srun --container).
+    has_container_bundles: bool = False
 
 
 @dataclass(frozen=True)
@@ -53,7 +56,7 @@ class Entry:
 TARGETS: dict[str, Entry] = {
     "local": Entry("ctk.targets.local:LocalTarget",
                    Traits(builds_images_here=True, rehearses_cloud=True, hands_off_to_gcluster=False,
-                          boots_slurm_gcp_images=False, writes_slurm_conf=True),
+                          boots_slurm_gcp_images=False, writes_slurm_conf=True, has_container_bundles=True),
                    "ctk.modules.target_kinds.local:KIND", "ctk.plan.local:plan_local", "ctk.model:LabSettings",
                    job_cluster="ctk.targets.labclient:job_cluster"),
     "ssh": Entry("ctk.targets.ssh:SshTarget",

@@ -621,7 +621,11 @@ def cluster_facts(cluster: Deployment, nodeset: str | None) -> dict[str, Any]:
         acc = "gpu"
     else:
         acc = "cpu"
-    facts: dict[str, Any] = {"accelerator": acc, "network": ns.network}
+    facts: dict[str, Any] = {"accelerator": acc, "network": ns.network,
+                             # the container template's: ctk's nodes have Slurm's own (runc, oci.conf)
+                             "container_runtime": "oci" if cluster.traits.writes_slurm_conf else "pyxis",
+                             "container_images": ([c.name for c in cluster.containers]
+                                                  if cluster.traits.has_container_bundles else [])}
     if partition:
         facts["partition"] = partition
     if acc == "gpu":
