@@ -64,6 +64,10 @@ def built(lab_build, state, blueprint):
 @pytest.fixture(scope="module")
 def lab(built, state, blueprint, tmp_path_factory):
     lab = deploy(tmp_path_factory, state, "clab", blueprint)
+    script = os.path.join(user_home(lab.path), "dist.py")
+    with open(script, "w") as f:
+        f.write(DIST)
+    os.chown(script, 1900000, 1900000)
     yield lab
     lab.ctk("destroy", lab.path)
 
@@ -80,9 +84,6 @@ def test_the_container_image_shares_the_node_images_layers_and_is_verified(built
 
 
 def test_two_nodes_run_jax_distributed_inside_the_container(lab):
-    with open(os.path.join(user_home(lab.path), "dist.py"), "w") as f:
-        f.write(DIST)
-    os.chown(os.path.join(user_home(lab.path), "dist.py"), 1900000, 1900000)
     r = srun_as_user(lab, "-p", "debug", "-N2", f"--container={BUNDLE}", "python3", "dist.py")
     assert r.returncode == 0, r.stderr[-3000:]
     rows = sorted(line.split()[1:] for line in r.stdout.splitlines() if line.startswith("ctk-container "))
@@ -122,3 +123,18 @@ def test_a_state_folder_another_user_made_is_refused_with_why(lab):
         lab.ctk("exec", lab.path, node, "--", "rm", "-rf", "/tmp/ctk-oci-1900000")
     r = srun_as_user(lab, "-p", "debug", "-N1", "-w", node, f"--container={BUNDLE}", "true")
     assert r.returncode == 0, r.stderr[-3000:]
+
+
+def test_ctk_job_submit_runs_the_container_template_on_slurms_own_containers(lab):
+    """`ctk job submit container --set image=NAME`: the runtime is the lab's (oci), said in the
+    job's log; an image the lab does not have is refused before sbatch, naming those it has."""
+    r = lab.ctk("job", "submit", "container", "--deployment", lab.path, "--nodes", "2", "--set", "image=jax-cpu",
+                "--set", "partition=debug", "--wait", "--", "python3", "/home/researcher/dist.py")
+    assert r.returncode == 0, r.stderr[-3000:]
+    jid = r.stdout.strip()
+    out = lab.ctk("job", "logs", jid, "--deployment", lab.path).stdout
+    assert sorted(line.split()[2] for line in out.splitlines() if line.startswith("ctk-container ")) == ["0", "1"], out
+    err = open(os.path.join(user_home(lab.path), ".ctk-jobs", f"container-{jid}.err")).read()
+    assert "ctk: container runtime oci (srun --container, runc), bundle /var/lib/ctk/containers/jax-cpu" in err, err
+    r = lab.ctk("job", "submit", "container", "--deployment", lab.path, "--set", "image=jax-gpu", "--", "true")
+    assert r.returncode == 2 and "no container image of that name" in r.stderr and "jax-cpu" in r.stderr, r.stderr
