@@ -64,6 +64,7 @@ def built(lab_build, state, blueprint):
 @pytest.fixture(scope="module")
 def lab(built, state, blueprint, tmp_path_factory):
     lab = deploy(tmp_path_factory, state, "clab", blueprint)
+    lab.blueprint = blueprint
     script = os.path.join(user_home(lab.path), "dist.py")
     with open(script, "w") as f:
         f.write(DIST)
@@ -138,3 +139,23 @@ def test_ctk_job_submit_runs_the_container_template_on_slurms_own_containers(lab
     assert "ctk: container runtime oci (srun --container, runc), bundle /var/lib/ctk/containers/jax-cpu" in err, err
     r = lab.ctk("job", "submit", "container", "--deployment", lab.path, "--set", "image=jax-gpu", "--", "true")
     assert r.returncode == 2 and "no container image of that name" in r.stderr and "jax-cpu" in r.stderr, r.stderr
+
+
+def test_a_deploy_rolls_out_the_image_this_ctk_builds_not_an_older_record(lab, state, blueprint):
+    """An image recorded with other layers than this ctk's roles and locks make (an earlier
+    ctk built it) is rebuilt by the deploy, not booted: here the container image's record
+    names the lab image's layers, all in the store, which a deploy used to take as they were."""
+    path = os.path.join(state, "images", "jax-cpu.json")
+    with open(path) as f:
+        rec = json.load(f)
+    with open(os.path.join(state, "images", "lab.json")) as f:
+        wrong = json.load(f)["layers"]
+    assert rec["layers"] != wrong
+    with open(path, "w") as f:
+        json.dump(dict(rec, layers=wrong), f)
+    r = lab.ctk("deploy", "-q", lab.blueprint, "-o", lab.path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    with open(path) as f:
+        assert json.load(f)["layers"] == rec["layers"]
+    r = srun_as_user(lab, "-p", "debug", "-N1", f"--container={BUNDLE}", "sh", "-c", "test ! -e /etc/slurm/slurm.conf")
+    assert r.returncode == 0, r.stderr[-3000:]

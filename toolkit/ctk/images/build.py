@@ -543,6 +543,13 @@ def _te_record(store: Store, version: str, layers: list[LayerPlan]) -> dict:
     return out
 
 
+def current_layers(spec: ImageSpec, store: Store) -> list[str]:
+    """The layer keys a build of SPEC would record now (its base's, then each role's): an image
+    recorded with others was built by another ctk's roles or stack (a few ms: no build)."""
+    base = chosen_base_key(store, spec.base)
+    return [base] + [lp.key for lp in plan_layers(spec, base, get_stack(spec.stack))]
+
+
 def build_image(spec: ImageSpec, store: Store | None = None, progress: Progress | None = None,
                 stacks_path: str | None = None) -> BuildResult:
     """Build (or take from the cache) every layer of an image; record the image."""

@@ -144,12 +144,14 @@ def _images(plan: LabPlan, store: Store, progress: Progress) -> dict[str, list[s
     """The layers of each image the lab boots, built where they are missing or out of date."""
     # The image builders load only here: ctk status, env and exec import this package and need
     # none of them.
-    from ...images.build import build_image
+    from ...images.build import build_image, current_layers
 
     layers: dict[str, list[str]] = {}
     for img in plan.images + plan.containers:
         rec = store.image(img.name)
-        if rec is None or not all(store.has(k) for k in rec["layers"]) or rec["spec"] != asdict(img):
+        # rebuilt where this ctk's roles or the stack's lock make other layers (a roll-out)
+        if (rec is None or rec["spec"] != asdict(img) or rec["layers"] != current_layers(img, store)
+                or not all(store.has(k) for k in rec["layers"])):
             build_image(img, store, progress)
             rec = store.image(img.name)
             assert rec is not None  # build_image records the image it built
