@@ -313,6 +313,15 @@ def test_exports(slurm_image, state, tmp_path):
         index = subprocess.run(["tar", "-xOf", str(tmp_path / "img.oci.tar"), "index.json"],
                                capture_output=True, text=True, check=True).stdout
         assert json.loads(index)["manifests"]
+
+        def blob(digest):
+            return json.loads(subprocess.run(["tar", "-xOf", str(tmp_path / "img.oci.tar"),
+                                              "blobs/sha256/" + digest.split(":", 1)[1]],
+                                             capture_output=True, text=True, check=True).stdout)
+
+        config = blob(blob(json.loads(index)["manifests"][0]["digest"])["config"]["digest"])
+        # the stack's venv first on the image's PATH, as on the nodes (podman run IMAGE python3)
+        assert any(e.startswith("PATH=/opt/ctk/jax/bin:") for e in config["config"]["Env"]), config["config"]
     # nothing left mounted from the store or the exports (a lab running meanwhile has mounts
     # of its own, its network namespaces under /run/netns among them)
     left = [ln for ln in open("/proc/mounts") if state in ln or str(tmp_path) in ln]

@@ -44,6 +44,8 @@ def _programs():
     for fmt in export.FORMATS:
         yield f"image export ({fmt})", "sh", export.export_script("lab", fmt, "/srv/out/.lab.tmp-1",
                                                                   "/var/lib/ctk/scratch/export-lab-1")
+    yield "image export (oci, a stack's PATH)", "sh", export.export_script(
+        "jax-cpu", "oci", "/srv/out/.jax.tmp-1", "/var/lib/ctk/scratch/export-jax-1", "/opt/ctk/jax/bin:/usr/bin:/bin")
     yield "jax role: /etc/profile.d/ctk-jax.sh", "sh", _role_template("ctk-jax.sh.j2")
     yield "jax role: TaskProlog", "sh", _role_template("task-prolog.j2")
 

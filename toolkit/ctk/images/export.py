@@ -9,7 +9,9 @@ import shlex
 import shutil
 
 from ..errors import UserError
+from ..model import JAX_VENV
 from ..progress import Progress
+from ..render.oci import PATH as SYSTEM_PATH
 from ..runner import run
 from .store import Store
 
@@ -27,9 +29,10 @@ def _in_flat_view(store: Store, layers: list[str], script: str, work: str, progr
     run(["unshare", "--mount", "sh", "-c", full], on_line=progress.task, what=what)
 
 
-def export_script(name: str, fmt: str, dest: str, work: str) -> str:
+def export_script(name: str, fmt: str, dest: str, work: str, path: str = "") -> str:
     """The shell program (sh, run with set -eu) that writes image NAME's tree, at $ROOT, to DEST
-    in format FMT; WORK is a scratch folder of its own."""
+    in format FMT; WORK is a scratch folder of its own. PATH: the oci image's PATH (its stack's
+    venv first), where the image has a JAX venv."""
     q = shlex.quote(dest)
     if fmt == "dir":
         return f'mkdir {q}\ncp -a "$ROOT"/. {q}/\n'
@@ -46,10 +49,11 @@ def export_script(name: str, fmt: str, dest: str, work: str) -> str:
     tarball = shlex.quote(os.path.join(work, "rootfs.tar"))
     title = shlex.quote(f"org.opencontainers.image.title=ctk-{name}")
     ref = shlex.quote(f"oci-archive:{dest}:ctk/{name}:latest")
+    env = f" --env {shlex.quote('PATH=' + path)}" if path else ""
     return (f'tar --numeric-owner -C "$ROOT" -cf {tarball} .\n'
             f"ctr=$({b} from --isolation chroot scratch)\n"
             f'{b} add "$ctr" {tarball} /\n'
-            f'{b} config --cmd /bin/bash --label {title} "$ctr"\n'
+            f'{b} config --cmd /bin/bash --label {title}{env} "$ctr"\n'
             f'{b} commit --quiet "$ctr" {ref}\n'
             f'{b} rm "$ctr" >/dev/null\n')
 
@@ -70,7 +74,9 @@ def export_image(name: str, fmt: str, out: str, store: Store | None = None, prog
         with progress.step(f"export {name} as {fmt} to {out}"):
             if fmt == "oci" and not shutil.which("buildah"):
                 raise UserError("the oci format needs buildah", hint="apt-get install buildah")
-            script = export_script(name, fmt, tmp_out, work)
+            roles = (rec.get("spec") or {}).get("roles") or []
+            path = f"{JAX_VENV}/bin:{SYSTEM_PATH}" if "jax" in roles else ""
+            script = export_script(name, fmt, tmp_out, work, path)
             _in_flat_view(store, rec["layers"], script, work, progress, f"export of {name} as {fmt} failed")
             if os.path.isdir(out) and not os.path.islink(out):
                 shutil.rmtree(out)
