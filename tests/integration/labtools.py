@@ -90,7 +90,9 @@ def template_xla_flags() -> list[str]:
     goldens of (the lab, the GPU lab, Cluster Toolkit's A3 Mega and A3 Ultra examples)."""
     from ctk.jobs import templates
 
-    required = {"array": {"sweep": ["--lr=0.1", "--lr=0.2"]}, "container": {"image": "nvcr.io#nvidia/jax:25.04-py3"}}
+    # a bundle's folder: the container template takes it on any cluster (pyxis's images only on
+    # slurm-gcp's, which these deployments are not)
+    required = {"array": {"sweep": ["--lr=0.1", "--lr=0.2"]}, "container": {"image": "/var/lib/ctk/containers/jax"}}
     flags: set[str] = set()
     for name in templates.list_templates():
         for dep_name in ("lab", "gpu-lab", "ct-a3mega", "ct-a3ultra"):

@@ -159,3 +159,43 @@ def test_a_deploy_rolls_out_the_image_this_ctk_builds_not_an_older_record(lab, s
         assert json.load(f)["layers"] == rec["layers"]
     r = srun_as_user(lab, "-p", "debug", "-N1", f"--container={BUNDLE}", "sh", "-c", "test ! -e /etc/slurm/slurm.conf")
     assert r.returncode == 0, r.stderr[-3000:]
+
+
+def test_a_batch_step_runs_in_the_container_and_a_cancelled_one_leaves_nothing(lab):
+    """`sbatch --container`: the batch script itself runs in the container (Slurm binds it under
+    /tmp/slurm, on the container's own /tmp). A job cancelled while its container runs: Slurm
+    stops and deletes the container as root, which the runtime does as the job's user, where
+    its state is; no process and no runc state stay on the node."""
+    home = user_home(lab.path)
+    with open(os.path.join(home, "in-container.sh"), "w") as f:
+        f.write("#!/bin/bash\n#SBATCH -p debug -N1 -w clabdebugnodeset-0 -o /home/researcher/batch-%j.out\n"
+                f"#SBATCH --container={BUNDLE}\n"
+                "test -e /etc/slurm/slurm.conf && echo node || echo container\npython3 -c 'import jax; print(jax.__version__)'\n")
+    os.chown(os.path.join(home, "in-container.sh"), 1900000, 1900000)
+    env = lab_env(lab.path)
+    r = subprocess.run(["sbatch", "--parsable", "--wait", "in-container.sh"], capture_output=True, text=True,
+                       env=env, cwd=home, timeout=180)
+    assert r.returncode == 0, r.stderr
+    out = open(os.path.join(home, f"batch-{r.stdout.strip().split(';')[0]}.out")).read()
+    assert out.splitlines()[0] == "container", out
+
+    r = subprocess.run(["sbatch", "--parsable", "-p", "debug", "-N1", "-w", "clabdebugnodeset-0",
+                        f"--container={BUNDLE}", "--wrap", "sleep 600"], capture_output=True, text=True,
+                       env=env, cwd=home, timeout=60)
+    assert r.returncode == 0, r.stderr
+    job = r.stdout.strip().split(";")[0]
+
+    def in_node(cmd):
+        return lab.ctk("exec", lab.path, "clabdebugnodeset-0", "--", "sh", "-c", cmd).stdout
+
+    from .labtools import until
+    until(lambda: "sleep 600" in in_node("ps -eo args"), 60, "the container's sleep on the node")
+    lab.slurm("scancel", job)
+    until(lambda: "sleep 600" not in in_node("ps -eo args"), 60, "the cancelled container's sleep gone")
+    until(lambda: not in_node("find /tmp/ctk-oci-1900000 -name state.json").strip(),
+          60, lambda _: "runc's state of the cancelled container removed: " + in_node("find /tmp/ctk-oci-1900000"))
+    # the adapted configs of ended containers go at the next run: only that one's is left
+    r = srun_as_user(lab, "-p", "debug", "-N1", "-w", "clabdebugnodeset-0", f"--container={BUNDLE}", "true")
+    assert r.returncode == 0, r.stderr[-3000:]
+    left = in_node("ls /tmp/ctk-oci-1900000/bundles").split()
+    assert len(left) == 1 and left[0].startswith("clabdebugnodeset-0.researcher.") and left[0].endswith(".0.0"), left

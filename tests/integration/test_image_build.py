@@ -320,8 +320,10 @@ def test_exports(slurm_image, state, tmp_path):
                                              capture_output=True, text=True, check=True).stdout)
 
         config = blob(blob(json.loads(index)["manifests"][0]["digest"])["config"]["digest"])
-        # the stack's venv first on the image's PATH, as on the nodes (podman run IMAGE python3)
-        assert any(e.startswith("PATH=/opt/ctk/jax/bin:") for e in config["config"]["Env"]), config["config"]
+        # an image with no JAX venv (this one) gets no PATH of ctk's; one with a venv has it first
+        # (tests/unit/test_shell_programs.py checks that script)
+        assert not any("/opt/ctk/jax" in e for e in config["config"].get("Env") or []), config["config"]
+        assert config["config"]["Labels"]["org.opencontainers.image.title"] == f"ctk-{image}", config["config"]
     # nothing left mounted from the store or the exports (a lab running meanwhile has mounts
     # of its own, its network namespaces under /run/netns among them)
     left = [ln for ln in open("/proc/mounts") if state in ln or str(tmp_path) in ln]

@@ -82,8 +82,11 @@ VARIANTS = {
     "smoke-gpu": ["jax-smoke", "--nodes", "1", "--nodeset", "gpunodeset"],
     "array": ["array", "--set", "sweep=[--lr=0.1, --lr=0.2, --lr=0.3]", "--set", "max_parallel=2",
               "--set", "partition=debug"],
-    "container": ["container", "--set", "image=nvcr.io#nvidia/jax:24.04-py3", "--set", "gpus_per_node=8",
-                  "--set", "partition=gpu", "--set", "mounts=[/home:/home]", "--set", "preemptible=true"],
+    "container": ["container", "--set", "image=/var/lib/ctk/containers/jax-cpu", "--set", "gpus_per_node=8",
+                  "--set", "partition=gpu", "--set", "workdir=/home/researcher", "--set", "preemptible=true"],
+    # the lab's nodes have Slurm's own containers; pyxis's options are still rendered on request
+    "container-pyxis": ["container", "--set", "image=nvcr.io#nvidia/jax:24.04-py3", "--set", "runtime=pyxis",
+                        "--set", "partition=gpu", "--set", "mounts=[/home:/home]"],
 }
 
 

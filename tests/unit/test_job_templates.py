@@ -468,7 +468,8 @@ def test_container_without_a_deployment_takes_the_runtime_from_the_images_form()
     ({"image": "nope"}, "the deployment has no container image of that name"),
     ({"image": "nvcr.io#nvidia/jax:25.04-py3"}, "an image for pyxis/enroot"),
     ({"image": "jax-cpu", "mounts": ["/data:/data"]}, "mounts are pyxis's"),
-    ({"image": "jax-cpu", "workdir": "/opt/run"}, "under /home or /tmp"),
+    ({"image": "jax-cpu", "workdir": "/tmp/run"}, "must be under /home (the container's /tmp is its own)"),
+    ({"image": "jax-cpu", "container_runtime": "docker"}, "one of , oci, pyxis"),
     ({"image": "jax/cpu"}, "not a container image name nor an absolute bundle folder"),
     ({"image": "jax-cpu", "runtime": "docker"}, "one of auto, oci, pyxis"),
 ])

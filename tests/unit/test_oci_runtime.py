@@ -35,7 +35,10 @@ SPEC = {
                {"destination": "/dev/mqueue", "type": "mqueue", "source": "mqueue"},
                {"destination": "/sys", "type": "none", "source": "/sys", "options": ["rbind", "ro"]},
                {"destination": "/sys/fs/cgroup", "type": "cgroup", "source": "cgroup"},
-               {"destination": "/opt/data", "type": "bind", "source": "/srv/data", "options": ["rbind"]}],
+               {"destination": "/opt/data", "type": "bind", "source": "/srv/data", "options": ["rbind"]},
+               # as Slurm adds a batch step's script (IgnoreFileConfigJson off)
+               {"destination": "/tmp/slurm/startup", "type": "bind", "source": "/var/spool/slurmd/s",
+                "options": ["bind"]}],
     "linux": {"namespaces": [{"type": t} for t in ("pid", "ipc", "uts", "mount", "user", "network")],
               "uidMappings": [{"containerID": 0, "hostID": 1000, "size": 1}],
               "resources": {"devices": [{"allow": False, "access": "rwm"}]}, "cgroupsPath": "/x"},
@@ -44,6 +47,7 @@ SPEC = {
 
 def test_the_container_keeps_only_its_user_and_mount_namespaces_and_maps_the_user_alone():
     c = RT.adapt(SPEC, "/var/lib/ctk/containers/jax-cpu", 1900000, 1900001, "/home/researcher/run")
+    assert c["process"]["cwd"] == "/home/researcher/run"
     assert c["linux"]["namespaces"] == [{"type": "user"}, {"type": "mount"}]
     assert c["linux"]["uidMappings"] == [{"containerID": 0, "hostID": 1900000, "size": 1}]
     assert c["linux"]["gidMappings"] == [{"containerID": 0, "hostID": 1900001, "size": 1}]
@@ -57,39 +61,75 @@ def test_the_container_keeps_only_its_user_and_mount_namespaces_and_maps_the_use
 
 def test_proc_sys_and_the_shared_folders_are_the_nodes_bound_with_their_own_flags():
     c = RT.adapt(SPEC, "/b", 1000, 1000, "/")
+    order = [m["destination"] for m in c["mounts"]]
     by_dest = {m["destination"]: m for m in c["mounts"]}
     assert by_dest["/proc"] == {**by_dest["/proc"], "type": "bind", "source": "/proc"}
     assert "noexec" in by_dest["/proc"]["options"] or not os.statvfs("/proc").f_flag & os.ST_NOEXEC
     assert "ro" in by_dest["/sys"]["options"]
     assert "/dev/mqueue" not in by_dest and "/sys/fs/cgroup" not in by_dest  # they need namespaces it has not
-    assert by_dest["/opt/data"]["source"] == "/srv/data"  # the bundle's own binds stay
-    for d in ("/tmp", "/etc/hosts", "/etc/passwd"):
+    for d in ("/home", "/etc/hosts", "/etc/passwd"):
         assert by_dest[d]["source"] == d and {"rbind", "nosuid", "nodev"} <= set(by_dest[d]["options"])
-    assert "ro" in by_dest["/etc/passwd"]["options"] and "ro" not in by_dest["/tmp"]["options"]
-    assert [m["destination"] for m in c["mounts"]].count("/proc") == 1
-    # a /run of its own where Slurm mounts the step's folder (/var/run/slurm) in a read-only root
-    assert by_dest["/run"]["type"] == "tmpfs" and [m["destination"] for m in c["mounts"]].index("/run") == 1
+    assert "ro" in by_dest["/etc/passwd"]["options"] and "ro" not in by_dest["/home"]["options"]
+    assert order.count("/proc") == 1 and order.index("/dev") < order.index("/dev/shm")
 
 
-def test_the_step_runs_in_its_folder_where_the_container_shares_it():
-    assert RT.adapt(SPEC, "/b", 1000, 1000, "/tmp/job")["process"]["cwd"] == "/tmp/job"
-    assert RT.adapt(SPEC, "/b", 1000, 1000, "/var/spool/slurmd")["process"]["cwd"] == "/"
+def test_the_containers_tmp_and_run_are_its_own_under_slurms_and_the_bundles_mounts():
+    """Slurm binds a batch step's script at /tmp/slurm/startup: on the node's shared /tmp,
+    another user could make /tmp/slurm first, and the node's /tmp bound after it would hide it.
+    The container's /tmp is a tmpfs of its own, and what the bundle and Slurm mount goes on top."""
+    c = RT.adapt(SPEC, "/b", 1000, 1000, "/tmp/job")
+    order = [m["destination"] for m in c["mounts"]]
+    by_dest = {m["destination"]: m for m in c["mounts"]}
+    assert by_dest["/tmp"]["type"] == "tmpfs" and by_dest["/run"]["type"] == "tmpfs"
+    assert order.index("/tmp") < order.index("/tmp/slurm/startup") and order.index("/run") < order.index("/opt/data")
+    assert order[-2:] == ["/opt/data", "/tmp/slurm/startup"]  # the bundle's own, last, in their order
+    assert c["process"]["cwd"] == "/"  # /tmp is not the node's: the step's folder there is not shared
 
 
-def test_a_state_folder_another_user_could_reach_is_refused(tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
-    assert RT.state_dir() == str(tmp_path / "ctk-oci")
-    assert oct((tmp_path / "ctk-oci").stat().st_mode & 0o777) == "0o700"
-    (tmp_path / "ctk-oci").chmod(0o777)  # as if another user had made it for us
+def test_a_device_file_is_bound_without_nodev_which_would_not_open_it():
+    assert "nodev" not in RT.bind("/dev/null", "/dev/nvidia0", device=True)["options"] or \
+        os.statvfs("/dev/null").f_flag & os.ST_NODEV
+    assert "nodev" in RT.bind("/home", "/home")["options"]
+
+
+def test_the_runtime_never_runs_a_container_as_root_and_names_its_user(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
-        RT.state_dir()
+        RT.main(["run", "x", "-b", str(tmp_path)])  # no --uid
+    assert e.value.code == 125 and "--uid UID" in capsys.readouterr().err
+    if os.geteuid() == 0:
+        with pytest.raises(SystemExit) as e:
+            RT.become(0)
+        assert e.value.code == 125 and "never as root" in capsys.readouterr().err
+    else:
+        with pytest.raises(SystemExit) as e:
+            RT.become(os.getuid() + 1)
+        assert e.value.code == 125 and "only for itself" in capsys.readouterr().err
+
+
+def test_a_state_folder_another_user_could_reach_is_refused(tmp_path, capsys):
+    mine = tmp_path / f"ctk-oci-{os.getuid()}"
+    assert RT.state_dir(str(tmp_path)) == str(mine)
+    assert oct(mine.stat().st_mode & 0o777) == "0o700"
+    mine.chmod(0o777)  # as if another user had made it for us
+    with pytest.raises(SystemExit) as e:
+        RT.state_dir(str(tmp_path))
     assert e.value.code == 125 and "not a folder of uid" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("cid", ["", "../x", ".hidden", "a/b"])
 def test_a_container_id_that_is_a_path_is_refused(cid, tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    monkeypatch.setattr(RT, "state_dir", lambda: str(tmp_path))
+    monkeypatch.setattr(RT, "become", lambda uid: None)
     monkeypatch.setattr(RT.shutil, "which", lambda *a, **k: "/usr/sbin/runc")
     with pytest.raises(SystemExit) as e:
-        RT.main(["run", cid, "-b", str(tmp_path)] if cid else ["run", "-b", str(tmp_path)])
+        RT.main(["--uid", "1000", "run", cid, "-b", str(tmp_path)] if cid else ["--uid", "1000", "run", "-b", str(tmp_path)])
     assert e.value.code == 125 and "not a container id" in capsys.readouterr().err
+
+
+def test_each_run_forgets_the_configs_of_containers_runc_no_longer_has(tmp_path):
+    for name in ("ended", "running"):
+        (tmp_path / "bundles" / name).mkdir(parents=True)
+        (tmp_path / "bundles" / name / "config.json").write_text("{}")
+    (tmp_path / "running").mkdir()  # runc's own state folder of a live container
+    RT.forget_ended(str(tmp_path))
+    assert sorted(os.listdir(tmp_path / "bundles")) == ["running"]

@@ -787,15 +787,17 @@ def render_cgroup_conf(dep: Deployment, *, layout: NodeLayout | None = None) -> 
 
 def render_oci_conf(dep: Deployment) -> str:
     """oci.conf text: Slurm's own containers (`srun --container=BUNDLE`, `sbatch --container`)
-    through the slurm role's OCI runtime on the compute nodes, which slurmstepd runs as the
-    job's user (runc, rootless; see the role's files/ctk-oci-runtime). Each container is named
-    by node, user, job, step and task."""
+    through the slurm role's OCI runtime on the compute nodes (runc, rootless, as the job's
+    user, %U: slurmstepd runs `run` as the user and the others as root, which the runtime
+    leaves for the user; see the role's files/ctk-oci-runtime). Each container is named by
+    node, user, job, step and task."""
     cid = "%n.%u.%j.%s.%t"
+    rt = f"{OCI_RUNTIME} --uid %U"
     return "\n".join([
         _header(dep),
         "# srun/sbatch --container=BUNDLE: BUNDLE's root filesystem through runc, rootless, as the job's user.",
-        f'RunTimeQuery="{OCI_RUNTIME} state {cid}"',
-        f'RunTimeKill="{OCI_RUNTIME} kill --all {cid}"',
-        f'RunTimeDelete="{OCI_RUNTIME} delete --force {cid}"',
-        f'RunTimeRun="{OCI_RUNTIME} run {cid} -b %b"',
+        f'RunTimeQuery="{rt} state {cid}"',
+        f'RunTimeKill="{rt} kill --all {cid}"',
+        f'RunTimeDelete="{rt} delete --force {cid}"',
+        f'RunTimeRun="{rt} run {cid} -b %b"',
     ]) + "\n"

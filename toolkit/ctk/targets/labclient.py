@@ -89,7 +89,11 @@ PRIVATE_WRITE_SCRIPT = 'umask 077 && mkdir -p "$1" && chmod 700 "$1" && set -C &
 # shell's reason on standard error (sbatch itself exits 0 or 1).
 WRITE_FAILED, WRITE_FAILED_MARK = 97, "ctk: cannot write the script:"
 PRIVATE_WRITE_AND_RUN = (
-    f'err=$( ({PRIVATE_WRITE_SCRIPT}) 2>&1 ) || {{ printf "{WRITE_FAILED_MARK} %s\\n" "$err" >&2; exit {WRITE_FAILED}; }}; '
+    # a new empty file first (never over another), then the text: one cut short (a full disk)
+    # is removed, being this shell's own
+    'err=$( (umask 077 && mkdir -p "$1" && chmod 700 "$1" && set -C && : > "$2") 2>&1 ) || '
+    f'{{ printf "{WRITE_FAILED_MARK} %s\\n" "$err" >&2; exit {WRITE_FAILED}; }}; '
+    f'err=$(cat 2>&1 >| "$2") || {{ rm -f -- "$2"; printf "{WRITE_FAILED_MARK} %s\\n" "$err" >&2; exit {WRITE_FAILED}; }}; '
     'p=$2; shift 2; "$@"; rc=$?; [ "$rc" -eq 0 ] || rm -f -- "$p"; exit "$rc"')
 
 class LabCluster(HereCluster):
