@@ -118,3 +118,21 @@ def test_kill_during_create_leaves_old_or_new_never_half(tmp_path):
     # The next create cleans up what a killed writer left beside the folder.
     assert ctk("create", LAB, "-o", str(out), "-w").returncode == 0
     assert sorted(os.listdir(tmp_path)) == ["lab"]
+
+
+def test_show_lists_container_images_apart_from_node_images(tmp_path, capsys):
+    text = open(LAB).read().replace("      stack: jax-cpu\n", "      stack: jax-cpu\n\n  - id: jax_container\n"
+                                    "    source: ctk/container-image\n    settings:\n      name: jax-cpu\n", 1)
+    bp = tmp_path / "lab-containers.yaml"
+    bp.write_text(text)
+    assert main(["show", str(bp)]) == 0
+    out = capsys.readouterr().out
+    images, containers = out.split("Container images")
+    assert "common,munge,slurm,jax" in images
+    assert not any(line.startswith("jax-cpu ") for line in images.splitlines())  # not a node image
+    assert "jax-cpu  debian-13  jax-cpu  common,jax" in containers.split("\n\n")[0]
+    assert main(["show", str(bp), "--json"]) == 0
+    model = json.loads(capsys.readouterr().out)
+    assert [(c["name"], c["roles"], c["source"]) for c in model["containers"]] == [
+        ("jax-cpu", ["common", "jax"], "ctk/container-image")]
+    assert [i["name"] for i in model["images"]] == ["lab"]

@@ -37,6 +37,10 @@ def show(dep: Deployment, target: str = "local", target_module: bool = False) ->
     if dep.images:
         out += ["Images", _table(["NAME", "BASE", "STACK", "ROLES"],
                                  [[i.name, i.base, i.stack, ",".join(i.roles)] for i in dep.images]), ""]
+    if dep.containers:
+        out += ["Container images (srun --container, the container template)",
+                _table(["NAME", "BASE", "STACK", "ROLES"],
+                       [[i.name, i.base, i.stack, ",".join(i.roles)] for i in dep.containers]), ""]
     if dep.partitions:
         rows = []
         for p in dep.partitions:
