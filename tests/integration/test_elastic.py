@@ -151,7 +151,9 @@ def test_train_on_two_spot_nodes_survives_ctk_preempt_with_the_same_final_step_a
     assert r.returncode == 0, r.stderr
     expected = final_line(elab.ctk("job", "logs", r.stdout.strip(), "--deployment", elab.path).stdout)
     t0 = time.time()
-    job = submit_preemptible(elab, "ckpt-spot", 40, 0.4, partition="spot")
+    # 1 s a step: the preemption lands mid-run even when the machine is busy (at 0.4 s, a run
+    # finished its 40 steps before a preemption slowed by a build beside it landed)
+    job = submit_preemptible(elab, "ckpt-spot", 40, 1.0, partition="spot")
     wait_for_step(job, 8, timeout=180)
     nodes_ = elab.slurm("scontrol", "show", "hostnames", job_info(elab, job.id)["NodeList"]).stdout.split()
     assert len(nodes_) == 2 and all("spot" in n for n in nodes_)
