@@ -9,9 +9,8 @@ import shlex
 import shutil
 
 from ..errors import UserError
-from ..model import JAX_VENV
 from ..progress import Progress
-from ..render.oci import PATH as SYSTEM_PATH
+from ..render.oci import image_path
 from ..runner import run
 from .store import Store
 
@@ -75,8 +74,7 @@ def export_image(name: str, fmt: str, out: str, store: Store | None = None, prog
             if fmt == "oci" and not shutil.which("buildah"):
                 raise UserError("the oci format needs buildah", hint="apt-get install buildah")
             roles = (rec.get("spec") or {}).get("roles") or []
-            path = f"{JAX_VENV}/bin:{SYSTEM_PATH}" if "jax" in roles else ""
-            script = export_script(name, fmt, tmp_out, work, path)
+            script = export_script(name, fmt, tmp_out, work, image_path(roles) if "jax" in roles else "")
             _in_flat_view(store, rec["layers"], script, work, progress, f"export of {name} as {fmt} failed")
             if os.path.isdir(out) and not os.path.islink(out):
                 shutil.rmtree(out)

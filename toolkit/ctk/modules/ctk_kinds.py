@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..model import BASES, DEFAULT_BASE
+from ..model import BASES, CONTAINER_ROLES, DEFAULT_BASE
 from ..target_registry import target_kinds
 from . import cluster_toolkit
 from .schema import Input, ModuleKind, Output
@@ -45,7 +45,7 @@ CONTAINER_IMAGE = ModuleKind(
     inputs=(
         _in("name", "string", None, "Image name; the container template's image setting names it.", required=True),
         _in("base", "string", DEFAULT_BASE, "Base OS: " + ", ".join(IMAGE_BASES) + "."),
-        _in("roles", "list(string)", ["common", "jax"], "Ansible roles, applied in this order."),
+        _in("roles", "list(string)", list(CONTAINER_ROLES), "Ansible roles, applied in this order."),
         _in("stack", "string", None, "Software stack from images/stacks.yaml (ctk stack list); it must be "
             "locked for the base's Python. null: the newest CPU stack for the base's Python."),
     ),

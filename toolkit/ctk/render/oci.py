@@ -1,8 +1,8 @@
 """The OCI bundle config of a container image (config.json beside its rootfs/), as ctk's nodes
 run it: through the slurm role's OCI runtime (files/ctk-oci-runtime), which Slurm's oci.conf
-names. That runtime maps the job's user into the container's user namespace and binds the
-node's /proc, /sys, /home, /tmp and name files, so this config says only what the image is: its
-root filesystem (read-only), its default command and environment."""
+names. That runtime maps the job's user into the container's user namespace, gives it a /tmp
+and /run of its own and binds the node's /proc, /sys, /home and name files, so this config says
+only what the image is: its root filesystem (read-only), its default command and environment."""
 
 from __future__ import annotations
 
@@ -15,10 +15,15 @@ CAPS = ["CAP_AUDIT_WRITE", "CAP_KILL", "CAP_NET_BIND_SERVICE"]
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
+def image_path(roles: list[str]) -> str:
+    """PATH in an image of ROLES: its stack's venv first where the jax role made one."""
+    return f"{JAX_VENV}/bin:{PATH}" if "jax" in roles else PATH
+
+
 def bundle_config(img: ImageSpec) -> dict:
     """config.json of IMG's bundle (runtime-spec 1.0.2). `srun --container` replaces the
     process's args, environment and folder with the step's."""
-    path = f"{JAX_VENV}/bin:{PATH}" if "jax" in img.roles else PATH
+    path = image_path(img.roles)
     return {
         "ociVersion": "1.0.2",
         "process": {"terminal": False, "user": {"uid": 0, "gid": 0}, "args": ["/bin/sh"],

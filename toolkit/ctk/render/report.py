@@ -34,13 +34,11 @@ def show(dep: Deployment, target: str = "local", target_module: bool = False) ->
     TARGET is its target."""
     out = [f"deployment {dep.deployment_name}  (blueprint {dep.blueprint_name}, "
            f"Slurm cluster {dep.slurm_cluster_name})", ""]
-    if dep.images:
-        out += ["Images", _table(["NAME", "BASE", "STACK", "ROLES"],
-                                 [[i.name, i.base, i.stack, ",".join(i.roles)] for i in dep.images]), ""]
-    if dep.containers:
-        out += ["Container images (srun --container, the container template)",
-                _table(["NAME", "BASE", "STACK", "ROLES"],
-                       [[i.name, i.base, i.stack, ",".join(i.roles)] for i in dep.containers]), ""]
+    for title, images in (("Images", dep.images),
+                          ("Container images (srun --container, the container template)", dep.containers)):
+        if images:
+            out += [title, _table(["NAME", "BASE", "STACK", "ROLES"],
+                                  [[i.name, i.base, i.stack, ",".join(i.roles)] for i in images]), ""]
     if dep.partitions:
         rows = []
         for p in dep.partitions:
