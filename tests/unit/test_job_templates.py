@@ -22,6 +22,12 @@ from ctk.model import Deployment
 GOLDEN = os.path.join(ROOT, "tests", "golden", "jobs")
 CMD = ["python3", "train.py", "--steps", "10"]
 NEEDS = {"array": {"sweep": ["--lr=0.1 --bs=32", "--lr=0.2"]}, "container": {"image": "nvcr.io#nvidia/jax:25.04-py3"}}
+# maxtext's command is MaxText settings, KEY=VALUE, not a program.
+MAXTEXT_CMD = ["base_emb_dim=256", "learning_rate=1e-3"]
+
+
+def cmd_for(name: str) -> list[str]:
+    return MAXTEXT_CMD if name == "maxtext" else CMD
 
 VARIANTS = {
     "cpu": {"accelerator": "cpu", "nodes": 2},
@@ -59,7 +65,7 @@ def header(script: str) -> list[str]:
 
 @pytest.mark.parametrize("name,params", list(_cases()))
 def test_renders_and_passes_bash_n_and_shellcheck(name, params):
-    script = templates.render(name, params, CMD)
+    script = templates.render(name, params, cmd_for(name))
     assert script.startswith("#!/bin/bash\n")
     assert "--nodes=" in script and "srun " in script
     if params.get("preemptible"):
@@ -172,15 +178,18 @@ def test_any_value_reaches_the_program_verbatim_and_runs_nothing(data):
         marker = os.path.join(work, "pwned")
         text = _text(marker)
         command = data.draw(st.lists(text, min_size=1, max_size=4), label="command")
+        if name == "maxtext":  # MaxText settings: any value after a key
+            command = [f"key{i}={word}" for i, word in enumerate(command)]
         key = data.draw(st.sampled_from(_fuzzable(name)), label="param")
         ptype = tpl.params[key].type
         value = data.draw(st.lists(text, min_size=1, max_size=3) if ptype == "list" else text, label="value")
-        plain = templates.render(name, base, ["prog"])
+        prog = ["key=prog"] if name == "maxtext" else ["prog"]
+        plain = templates.render(name, base, prog)
         try:
             script = templates.render(name, dict(base, **{key: value}), command)
         except UserError:
             return  # rejected (a value not allowed in an #SBATCH line, an unsplittable sweep entry ...)
-        expect_header = header(templates.render(name, dict(base, **{key: value}), ["prog"]))
+        expect_header = header(templates.render(name, dict(base, **{key: value}), prog))
         if key not in ("job_name", "partition", "time", "output_dir", "sweep", "image", "mounts", "env",
                        "accelerator", "network", "tpu_type"):
             assert expect_header == header(plain)  # free-text values never touch the header
@@ -262,7 +271,7 @@ def test_bad_input_exits_2_without_traceback(argv, expect, capsys):
 def test_templates_listing(capsys):
     assert main(["job", "templates", "--json"]) == 0
     listed = {t["name"]: t for t in json.loads(capsys.readouterr().out)}
-    assert set(listed) == {"array", "container", "jax-smoke", "jax-train"}
+    assert set(listed) == {"array", "container", "jax-smoke", "jax-train", "maxtext"}
     assert {"preemptible", "checkpoint_hook"} <= {p["name"] for p in listed["array"]["params"]}
     assert main(["job", "templates"]) == 0
     assert "jax-train:" in capsys.readouterr().out

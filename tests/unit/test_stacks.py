@@ -106,11 +106,24 @@ def test_shipped_gpu_and_tpu_stacks_follow_their_jax():
     assert c13.min_driver == MIN_DRIVER["cuda13"] == "580"
 
 
+def test_maxtext_stacks_are_the_jax_stacks_plus_maxtext_and_its_training_imports():
+    stacks = load_stacks()
+    for acc in ("cpu", "cuda12", "tpu"):
+        mt, plain = stacks[f"maxtext-{acc}"], stacks[f"jax-{acc}"]
+        assert mt.accelerator == acc and mt.pythons == ["3.12", "3.13"]  # maxtext needs Python >= 3.12
+        assert {k: v for k, v in mt.pins.items() if k in plain.pins} == plain.pins
+        assert mt.pins["maxtext"] == "0.2.5"
+        for needed in ("pydantic", "omegaconf", "aqtp", "tokamax", "ml-collections", "sentencepiece", "tiktoken"):
+            assert needed in mt.pins, (acc, needed)
+
+
 def test_newest_stack_for_each_python():
     stacks = load_stacks()
     assert newest_for(stacks, "cpu", "3.11").name == "jax-cpu-0.10"
     assert newest_for(stacks, "cpu", "3.13").name == "jax-cpu"
     assert newest_for(stacks, "cuda12", "3.12").name == "jax-cuda12"
+    # the maxtext stacks are on the same jax, but an image that names no stack gets the plain one
+    assert newest_for(stacks, "tpu", "3.13").name == "jax-tpu"
     assert newest_for(stacks, "cuda13", "3.11") is None  # no CUDA 13 stack for Debian 12
     assert newest_for(stacks, "cpu", "3.9") is None
 

@@ -147,9 +147,10 @@ def python_tuple(v: str) -> tuple[int, ...]:
 
 
 def newest_for(stacks: dict[str, Stack], accelerator: str, python: str) -> Stack | None:
-    """The stack with the newest jax among those of this accelerator locked for this Python."""
+    """The stack with the newest jax among those of this accelerator locked for this Python; of
+    those on the same jax, the one that pins the fewest packages (jax-cpu, not maxtext-cpu)."""
     fits = [s for s in stacks.values() if s.accelerator == accelerator and s.supports(python)]
-    return max(fits, key=lambda s: (_version_key(s.jax), -len(s.name)), default=None)
+    return max(fits, key=lambda s: (_version_key(s.jax), -len(s.pins), -len(s.name)), default=None)
 
 
 def _version_key(v: str) -> tuple:

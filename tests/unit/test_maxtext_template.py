@@ -1,0 +1,200 @@
+"""The maxtext template: what it hands MaxText on each accelerator, the settings it refuses,
+its container branch, and its launcher (run here with stand-in jax and maxtext modules: the
+real MaxText trains on the lab in tests/integration/test_maxtext.py)."""
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+from ctk.cli import main
+from ctk.errors import UserError
+from ctk.jobs import templates
+
+SMALL = ["base_emb_dim=128", "base_num_decoder_layers=2"]
+
+
+def render(params, command=SMALL):
+    return templates.render("maxtext", params, command)
+
+
+def srun_words(script):
+    line = next(x for x in script.splitlines() if x.startswith("srun "))
+    return shlex.split(line)
+
+
+def settings(script):
+    line = next(x for x in script.splitlines() if x.startswith("CTK_SETTINGS=("))
+    return shlex.split(line[len("CTK_SETTINGS=("):-1])
+
+
+def test_cpu_two_nodes_one_process_each_with_synthetic_data():
+    s = render({"nodes": 2, "steps": 30, "checkpoint_period": 10})
+    assert "#SBATCH --nodes=2" in s and "#SBATCH --ntasks-per-node=1" in s and "--gpus-per-node" not in s
+    assert settings(s) == ["run_name=${CTK_RUN_NAME}", "base_output_directory=${CTK_OUTPUT}", "hardware=cpu",
+                           "steps=30", "enable_checkpointing=true", "checkpoint_period=10", "dataset_type=synthetic",
+                           *SMALL]
+    words = srun_words(s)
+    assert words[:2] == ["srun", "--kill-on-bad-exit=1"] and words[2:] == [
+        "python3", "-c", "$CTK_MAXTEXT_PY", "base.yml", "${CTK_SETTINGS[@]}"]
+    assert 'CTK_RUN_NAME="${SLURM_JOB_NAME:-maxtext}-${SLURM_JOB_ID}"' in s
+    assert 'CTK_OUTPUT="${HOME}/maxtext"' in s and "export CTK_ACCELERATOR=cpu" in s
+    assert "XLA_FLAGS" not in s and "LIBTPU_INIT_ARGS" not in s and "CTK_CONTAINER" not in s
+
+
+def test_named_run_and_output_folder_are_kept_verbatim():
+    s = render({"run_name": "llama-small", "base_output_directory": "/shared/runs", "model_name": "llama2-7b",
+                "per_device_batch_size": 2.0})
+    assert "CTK_RUN_NAME=llama-small" in s and "CTK_OUTPUT=/shared/runs" in s
+    assert "model_name=llama2-7b" in settings(s) and "per_device_batch_size=2.0" in settings(s)
+
+
+def test_gpu_one_process_drives_all_the_nodes_gpus_with_maxtexts_flags():
+    s = render({"accelerator": "gpu", "nodes": 2, "gpus_per_node": 8, "network": "rdma"})
+    assert "#SBATCH --ntasks-per-node=1" in s and "#SBATCH --gpus-per-node=8" in s
+    assert "export JAX_LOCAL_DEVICE_IDS=0,1,2,3,4,5,6,7" in s
+    flags = re.search(r"^export XLA_FLAGS=(.*)$", s, re.M).group(1)
+    for f in ("--xla_gpu_enable_latency_hiding_scheduler=true", "--xla_gpu_enable_while_loop_double_buffering=true",
+              "--xla_gpu_all_gather_combine_threshold_bytes=134217728",
+              "--xla_gpu_reduce_scatter_combine_threshold_bytes=67108864",
+              "--xla_disable_hlo_passes=rematerialization"):
+        assert f in flags
+    assert "hardware=gpu" in settings(s) and "set_nccl_env.sh" in s and "XLA_PYTHON_CLIENT_MEM_FRACTION=0.85" in s
+    assert "XLA_FLAGS" not in render({"accelerator": "gpu", "xla_tuned": False})
+    assert "--xla_foo=1" in render({"accelerator": "gpu", "xla_tuned": False, "xla_flags": "--xla_foo=1"})
+
+
+def test_tpu_multislice_passes_num_slices_to_maxtext():
+    s = render({"accelerator": "tpu", "nodes": 4, "num_slices": 2, "tpu_type": "v5p-16"})
+    assert "--xla_tpu_enable_ag_backward_pipelining=true" in s and "MEGASCALE_NUM_SLICES=2" in s
+    assert "num_slices=2" in settings(s) and "hardware=tpu" in settings(s)
+    assert "MEGASCALE_SLICE_ID" in " ".join(srun_words(s))
+    assert "num_slices=" not in " ".join(settings(render({"accelerator": "tpu", "nodes": 2})))
+
+
+def test_a_dataset_goes_to_maxtexts_grain_pipeline_with_its_tokenizer():
+    s = render({"dataset": "/shared/c4/*.array_record", "tokenizer_path": "/shared/tok.model",
+                "dataset_format": "arrayrecord"})
+    got = settings(s)
+    assert "dataset_type=grain" in got and "grain_train_files=/shared/c4/*.array_record" in got
+    assert "grain_file_type=arrayrecord" in got and "tokenizer_path=/shared/tok.model" in got
+    assert "dataset_type=synthetic" not in got
+
+
+@pytest.mark.parametrize("params,command,expect", [
+    ({}, ["python3", "train.py"], '"python3" is not one'),
+    ({}, ["=1"], '"=1" is not one'),
+    ({}, ["Base-Emb=1"], "is not one"),
+    ({}, ["steps=5"], "--set steps=VALUE"),
+    ({}, ["hardware=gpu"], "--set accelerator=VALUE"),
+    ({}, ["dataset_type=hf"], "--set dataset=VALUE"),
+    ({"dataset": "/d/*.ar"}, SMALL, "--set tokenizer_path=PATH"),
+    ({"accelerator": "tpu", "nodes": 3, "num_slices": 2}, SMALL, "equal slices"),
+])
+def test_refused_settings_name_the_parameter(params, command, expect):
+    with pytest.raises(UserError) as e:
+        render(params, command)
+    assert expect in str(e.value), e.value
+
+
+def test_no_command_trains_the_configs_model():
+    assert settings(render({}, []))[-1] == "dataset_type=synthetic"
+
+
+def test_in_a_container_image_of_the_deployment(tmp_path, capsys):
+    facts = {"container_runtime": "oci", "container_images": ["maxtext-cpu"]}
+    s = render(dict(facts, image="maxtext-cpu"))
+    assert "CTK_CONTAINER=(--container=/var/lib/ctk/containers/maxtext-cpu)" in s
+    words = srun_words(s)
+    # the container's own python3 (its venv is first on the bundle's PATH), not the node's
+    assert words[2:5] == ["${CTK_CONTAINER[@]}", "python3", "-c"]
+    with pytest.raises(UserError, match="no container image of that name"):
+        render(dict(facts, image="other"))
+    pyxis = render({"image": "nvcr.io#nvidia/jax:25.04-py3", "runtime": "pyxis", "accelerator": "gpu"})
+    assert "--container-image='nvcr.io#nvidia/jax:25.04-py3'" in pyxis
+    # what the job sets reaches the container over the image's own values (NVIDIA's set XLA_FLAGS)
+    passed = re.search(r"--container-env=(\S+)\)", pyxis).group(1).split(",")
+    assert {"JAX_COORDINATOR_ADDRESS", "CTK_ACCELERATOR", "XLA_FLAGS", "JAX_LOCAL_DEVICE_IDS"} <= set(passed)
+
+
+def test_cli_refusal_exits_2_without_traceback(capsys):
+    assert main(["job", "render", "maxtext", "--", "python3", "train.py"]) == 2
+    err = capsys.readouterr().err
+    assert "KEY=VALUE" in err and "Traceback" not in err
+
+
+# ---- the launcher, with stand-in modules --------------------------------------------------
+
+STAND_IN_JAX = """
+import os
+class _Config:
+    def update(self, k, v):
+        print("jax.config", k, v)
+config = _Config()
+class _Distributed:
+    def initialize(self):
+        print("jax.distributed.initialize")
+distributed = _Distributed()
+"""
+STAND_IN_TRAIN = """
+import sys
+print("train argv", sys.argv)
+"""
+
+
+def launcher(script):
+    return re.search(r"<<'CTK_PY_END'\n(.*?)\nCTK_PY_END\n", script, re.S).group(1)
+
+
+@pytest.fixture
+def stand_ins(tmp_path):
+    (tmp_path / "jax").mkdir()
+    (tmp_path / "jax" / "__init__.py").write_text(STAND_IN_JAX)
+    pkg = tmp_path / "maxtext"
+    (pkg / "trainers" / "pre_train").mkdir(parents=True)
+    (pkg / "configs" / "gpu").mkdir(parents=True)
+    for d in (pkg, pkg / "trainers", pkg / "trainers" / "pre_train"):
+        (d / "__init__.py").write_text("")
+    (pkg / "trainers" / "pre_train" / "train.py").write_text(STAND_IN_TRAIN)
+    (pkg / "configs" / "base.yml").write_text("")
+    (pkg / "configs" / "gpu" / "a.yml").write_text("")
+    return tmp_path
+
+
+def run_launcher(stand_ins, config, accelerator="cpu", cwd=None):
+    py = launcher(render({}))
+    env = dict(os.environ, PYTHONPATH=str(stand_ins), CTK_ACCELERATOR=accelerator)
+    return subprocess.run([sys.executable, "-c", py, config, "steps=3"], capture_output=True, text=True, env=env,
+                          cwd=cwd or stand_ins)
+
+
+@pytest.mark.parametrize("config,found", [("base.yml", "maxtext/configs/base.yml"),
+                                          ("gpu/a.yml", "maxtext/configs/gpu/a.yml")])
+def test_launcher_finds_maxtexts_own_configs(stand_ins, config, found, tmp_path_factory):
+    r = run_launcher(stand_ins, config, cwd=tmp_path_factory.mktemp("elsewhere"))
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[:2] == ["jax.config jax_cpu_collectives_implementation gloo", "jax.distributed.initialize"]
+    argv = eval(lines[2][len("train argv "):])  # noqa: S307 - the stand-in's own print of a list
+    # as `python -m maxtext.trainers.pre_train.train CONFIG ...` would see it
+    assert argv[0].endswith("maxtext/trainers/pre_train/train.py") and argv[1].endswith(found)
+    assert argv[2:] == ["steps=3"]
+
+
+def test_launcher_prefers_the_users_file_and_sets_cpu_collectives_only_on_cpu(stand_ins, tmp_path_factory):
+    here = tmp_path_factory.mktemp("run")
+    (here / "base.yml").write_text("")
+    r = run_launcher(stand_ins, "base.yml", accelerator="gpu", cwd=here)
+    assert r.returncode == 0, r.stderr
+    assert "jax_cpu_collectives_implementation" not in r.stdout
+    assert "train.py', 'base.yml', 'steps=3']" in r.stdout
+
+
+@pytest.mark.parametrize("config", ["nope.yml", "/abs/nope.yml"])
+def test_launcher_names_a_missing_config(stand_ins, config):
+    r = run_launcher(stand_ins, config)
+    assert r.returncode == 1 and f"ctk: MaxText config {config}: no such file here nor under" in r.stderr
+    assert "Traceback" not in r.stderr
