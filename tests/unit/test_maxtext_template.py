@@ -178,7 +178,7 @@ def test_launcher_finds_maxtexts_own_configs(stand_ins, config, found, tmp_path_
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert lines[:2] == ["jax.config jax_cpu_collectives_implementation gloo", "jax.distributed.initialize"]
-    argv = eval(lines[2][len("train argv "):])  # noqa: S307 - the stand-in's own print of a list
+    argv = eval(lines[2][len("train argv "):])
     # as `python -m maxtext.trainers.pre_train.train CONFIG ...` would see it
     assert argv[0].endswith("maxtext/trainers/pre_train/train.py") and argv[1].endswith(found)
     assert argv[2:] == ["steps=3"]
