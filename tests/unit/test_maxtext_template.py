@@ -2,6 +2,7 @@
 its container branch, and its launcher (run here with stand-in jax and maxtext modules: the
 real MaxText trains on the lab in tests/integration/test_maxtext.py)."""
 
+import ast
 import os
 import re
 import shlex
@@ -129,6 +130,7 @@ def test_cli_refusal_exits_2_without_traceback(capsys):
 # ---- the launcher, with stand-in modules --------------------------------------------------
 
 STAND_IN_JAX = """
+import ast
 import os
 class _Config:
     def update(self, k, v):
@@ -178,7 +180,7 @@ def test_launcher_finds_maxtexts_own_configs(stand_ins, config, found, tmp_path_
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert lines[:2] == ["jax.config jax_cpu_collectives_implementation gloo", "jax.distributed.initialize"]
-    argv = eval(lines[2][len("train argv "):])
+    argv = ast.literal_eval(lines[2][len("train argv "):])
     # as `python -m maxtext.trainers.pre_train.train CONFIG ...` would see it
     assert argv[0].endswith("maxtext/trainers/pre_train/train.py") and argv[1].endswith(found)
     assert argv[2:] == ["steps=3"]
