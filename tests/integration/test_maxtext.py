@@ -1,0 +1,120 @@
+"""MaxText, for real, on the MaxText lab (ctk/data/blueprints/maxtext-lab.yaml): its own
+training entry point on two CPU nodes through the maxtext template, from the maxtext-cpu stack
+(jax 0.12.0.1, maxtext 0.2.5), bare and in the container image built from the same layers;
+requeued mid-run, it resumes from MaxText's checkpoint and ends where an uninterrupted run
+ends."""
+
+import os
+import re
+import shutil
+
+import pytest
+
+from ctk import paths
+
+from .conftest import user_home
+from .labtools import deploy, until
+
+pytestmark = pytest.mark.integration
+for tool in ("slurmctld", "packer", "debootstrap"):
+    if not shutil.which(tool, path="/usr/sbin:/usr/bin:/sbin:/bin"):
+        pytest.skip(f"{tool} is not installed", allow_module_level=True)
+
+BLUEPRINT = os.path.join(paths.BLUEPRINTS, "maxtext-lab.yaml")
+STEPS, PERIOD = 30, 10
+# A small llama2-style decoder (MaxText's base.yml) that trains in a few seconds on two CPUs.
+SMALL = ["max_target_length=128", "base_emb_dim=128", "base_num_query_heads=2", "base_num_kv_heads=2",
+         "base_mlp_dim=256", "base_num_decoder_layers=2", "head_dim=64", "vocab_size=1024",
+         "async_checkpointing=false", "enable_tensorboard=false", "learning_rate=1e-3", "attention=dot_product"]
+PARAMS = {"nodes": 2, "steps": STEPS, "checkpoint_period": PERIOD, "per_device_batch_size": 1.0}
+STEP_RE = re.compile(r"completed step: (\d+), seconds: [0-9.]+, .*? loss: ([0-9.]+), .*?perplexity: ([0-9.]+)")
+
+
+@pytest.fixture(scope="module")
+def lab(lab_build, state, tmp_path_factory):
+    lab = deploy(tmp_path_factory, state, "maxtext", BLUEPRINT)
+    yield lab
+    lab.ctk("destroy", lab.path)
+
+
+def submit(lab, **params):
+    from ctk.jobs import submit as submit_job
+    return submit_job("maxtext", dict(PARAMS, **params), lab.path, command=SMALL)
+
+
+def steps_of(job) -> list[tuple[int, str, str]]:
+    """(step, loss, perplexity) of every `completed step` line MaxText logged, both processes'."""
+    return [(int(m.group(1)), m.group(2), m.group(3)) for m in STEP_RE.finditer(job.logs(stderr=True))]
+
+
+def wait_ended(lab, job, timeout=300):
+    """Follow JOB to its end; a requeued job held by Slurm for 120 s (BeginTime) is let start at
+    once, as an admin would with scontrol update."""
+    seen: list[str] = []
+
+    def ended():
+        info = lab.slurm("scontrol", "show", "-o", "job", job.id).stdout
+        st, reason = re.search(r"JobState=(\S+)", info).group(1), re.search(r"Reason=(\S+)", info).group(1)
+        if not seen or seen[-1] != st:
+            seen.append(st)
+        if st == "PENDING" and reason == "BeginTime":
+            lab.slurm("scontrol", "update", f"JobId={job.id}", "StartTime=now")
+        return st if st in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT") else None
+
+    st = until(ended, timeout, lambda _: f"the end of job {job.id}; its states: {seen}\n"
+               f"{job.logs(stderr=True)[-3000:]}", interval=1)
+    return st, seen
+
+
+def final(job):
+    rows = steps_of(job)
+    last = [r for r in rows if r[0] == STEPS - 1]
+    assert len(last) == 2 and last[0][1:] == last[1][1:], rows[-6:]  # both processes, one loss
+    return last[0]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(lab):
+    job = submit(lab)
+    st, _ = wait_ended(lab, job)
+    assert st == "COMPLETED", job.logs(stderr=True)[-4000:]
+    return job
+
+
+def test_maxtext_trains_on_two_nodes_and_its_loss_falls(lab, uninterrupted):
+    err = uninterrupted.logs(stderr=True)
+    assert "Jax distributed system is already initialized" in err  # the template's, from Slurm
+    assert "Num_devices: 2," in err, err[-3000:]  # one CPU device on each of the two nodes
+    rows = steps_of(uninterrupted)
+    first = [r for r in rows if r[0] == 0]
+    last = final(uninterrupted)
+    print("maxtext on 2 nodes: step 0 loss", first[0][1], "; step", last[0], "loss", last[1])
+    assert float(last[1]) < float(first[0][1]) / 2, rows
+    ckpts = os.path.join(user_home(lab.path), "maxtext", f"maxtext-{uninterrupted.id}", "checkpoints")
+    assert {"0", "10", "20"} <= set(os.listdir(ckpts)), os.listdir(ckpts)
+
+
+def test_requeued_mid_run_it_resumes_from_its_checkpoint_and_ends_the_same(lab, uninterrupted):
+    job = submit(lab, preemptible=True)
+    marker = os.path.join(user_home(lab.path), "maxtext", f"maxtext-{job.id}", "checkpoints", str(PERIOD),
+                          "commit_success.txt")
+    until(lambda: os.path.exists(marker) or job.state in ("COMPLETED", "FAILED"), 180,
+          f"MaxText's checkpoint at step {PERIOD}", interval=0.2)
+    lab.slurm("scontrol", "requeue", job.id)
+    st, seen = wait_ended(lab, job)
+    assert st == "COMPLETED" and "PENDING" in seen, (seen, job.logs(stderr=True)[-3000:])
+    err = job.logs(stderr=True)
+    assert "(restart 0)" in err and "(restart 1)" in err, err[-3000:]
+    restored = [int(s) for s in re.findall(r"restoring from this run's directory step (\d+)", err)]
+    assert restored and all(PERIOD <= s < STEPS for s in restored), restored
+    assert [r[0] for r in steps_of(job)].count(0) == 2  # step 0 ran once (two processes), not again
+    assert final(job) == final(uninterrupted)
+
+
+def test_the_same_run_in_the_container_image_ends_the_same(lab, uninterrupted):
+    job = submit(lab, image="maxtext-cpu")
+    st, _ = wait_ended(lab, job)
+    err = job.logs(stderr=True)
+    assert st == "COMPLETED", err[-4000:]
+    assert "ctk: container runtime oci (srun --container, runc), bundle /var/lib/ctk/containers/maxtext-cpu" in err
+    assert final(job) == final(uninterrupted)
