@@ -98,7 +98,8 @@ def template_xla_flags() -> list[str]:
         for dep_name in ("lab", "gpu-lab", "ct-a3mega", "ct-a3ultra"):
             dep = templates.load_deployment(os.path.join(GOLDEN, dep_name))
             for ns in dep.nodesets:
-                script = templates.render(name, dict(required.get(name, {})), ["python3", "train.py"], dep, ns.name)
+                command = ["base_emb_dim=128"] if name == "maxtext" else ["python3", "train.py"]
+                script = templates.render(name, dict(required.get(name, {})), command, dep, ns.name)
                 for m in re.finditer(r"^export XLA_FLAGS=(.*)$", script, re.M):
                     flags.update(shlex.split(m.group(1))[0].split())
     return sorted(flags)
