@@ -12,8 +12,8 @@ STAMP := $(VENV)/.installed
 # networks and namespaces, packer, mmdebstrap for the bases, ssh for the login node.
 DEMO_PKGS := python3-venv iproute2 packer mmdebstrap openssh-client util-linux
 # ... and the tests: this machine's own Slurm, slurmdbd, MariaDB and munge (tests run them beside
-# the labs), debootstrap (the roles' tests' chroot), the exports' tools, shellcheck.
-SYS_PKGS := $(DEMO_PKGS) slurm-wlm slurmdbd mariadb-server munge shellcheck debootstrap zstd e2fsprogs buildah kmod
+# the labs), debootstrap (the roles' tests' chroot), the exports' tools, shellcheck, rsync (NeMo-Run's tunnel).
+SYS_PKGS := $(DEMO_PKGS) slurm-wlm slurmdbd mariadb-server munge shellcheck debootstrap zstd e2fsprogs buildah kmod rsync
 # Base debian-13 is debootstrapped from trixie, whose Release debootstrap checks with the trixie
 # keys: Debian 12's debian-archive-keyring has them since 2023.3+deb12u2 (Debian 12.11), so an
 # older one is upgraded (a Debian 13 host has them).
@@ -62,7 +62,14 @@ $(ANSIBLE_STAMP):
 	$(ANSIBLE_VENV)/bin/ansible-doc -t connection community.general.chroot >/dev/null
 	touch $@
 
-testdeps: deps $(ANSIBLE_STAMP)
+# The third-party clients the integration tests drive (the `clients` extra).
+CLIENTS_STAMP := $(VENV)/.clients-installed
+$(CLIENTS_STAMP): $(STAMP)
+	$(VENV)/bin/uv pip install -q --python $(PY) $(UV_COMPILE) -e '.[test,clients]' || \
+	  $(PY) -m pip install -q --disable-pip-version-check -e '.[test,clients]'
+	touch $@
+
+testdeps: deps $(ANSIBLE_STAMP) $(CLIENTS_STAMP)
 
 # The main job on the local target: build and verify the lab image (cached after the first
 # run), boot the lab cluster, run a 2-node job on it, train a small JAX model data-parallel on

@@ -2,11 +2,22 @@
 training entry point on two CPU nodes through the maxtext template, from the maxtext-cpu stack
 (jax 0.12.0.1, maxtext 0.2.5), bare and in the container image built from the same layers;
 requeued mid-run, it resumes from MaxText's checkpoint and ends where an uninterrupted run
-ends."""
+ends.
 
+And NeMo-Run (the real nemo-run package, unmodified) on the same lab, as its users run it: an
+Experiment whose SlurmExecutor reaches the login node over NeMo-Run's own SSH tunnel (Fabric, and
+rsync for the experiment's files) and asks for a container image, pyxis-style. ctk's srun takes
+pyxis's --container-image, --container-mounts and --container-workdir to Slurm's own
+containers: two processes on two nodes run jax.distributed inside the lab's container image,
+with NeMo-Run's experiment folder mounted where NeMo-Run puts it (/nemo_run)."""
+
+import json
 import os
 import re
 import shutil
+import subprocess
+import sys
+import textwrap
 
 import pytest
 
@@ -16,7 +27,7 @@ from .conftest import user_home
 from .labtools import deploy, until
 
 pytestmark = pytest.mark.integration
-for tool in ("slurmctld", "packer", "debootstrap"):
+for tool in ("slurmctld", "packer", "debootstrap", "rsync"):
     if not shutil.which(tool, path="/usr/sbin:/usr/bin:/sbin:/bin"):
         pytest.skip(f"{tool} is not installed", allow_module_level=True)
 
@@ -118,3 +129,79 @@ def test_the_same_run_in_the_container_image_ends_the_same(lab, uninterrupted):
     assert st == "COMPLETED", err[-4000:]
     assert "ctk: container runtime oci (srun --container, runc), bundle /var/lib/ctk/containers/maxtext-cpu" in err
     assert final(job) == final(uninterrupted)
+
+
+# ---- NeMo-Run -------------------------------------------------------------------------
+
+# Run on this machine, as a NeMo-Run user would run it: the executor, the tunnel, an inline
+# script, and the experiment followed to its end.
+CLIENT = textwrap.dedent("""
+    import json, sys
+    import nemo_run as run
+
+    ssh, image = json.loads(sys.argv[1]), sys.argv[2] or None
+    tunnel = run.SSHTunnel(host=ssh["host"], port=ssh["port"], user=ssh["user"], identity=ssh["identity"],
+                           job_dir=f"/home/{ssh['user']}/nemo-run")
+    executor = run.SlurmExecutor(account="", partition="debug", nodes=2, ntasks_per_node=1, time="00:10:00",
+                                 tunnel=tunnel, container_image=image, packager=run.Packager())
+    inline = ("python3 -c 'import jax, os, socket; jax.distributed.initialize(); "
+              "rel = dict(l.split(\\"=\\", 1) for l in open(\\"/etc/os-release\\").read().split(\\"\\\\n\\") if \\"=\\" in l); "
+              "print(\\"nemo-dist\\", socket.gethostname(), jax.process_index(), jax.process_count(), jax.__version__, "
+              "os.getcwd(), os.path.isdir(\\"/nemo_run/scripts\\"), os.path.exists(\\"/etc/slurm/slurm.conf\\"), "
+              "flush=True)'")
+    with run.Experiment("ctk-nemo", executor=executor) as exp:
+        exp.add(run.Script(inline=inline), name="dist")
+        exp.run(detach=False, tail_logs=False)
+    # leaving the experiment waited for its job
+    print("ctk-status " + json.dumps({k: str(v) for k, v in exp.status(return_dict=True).items()}), flush=True)
+""")
+
+
+def run_client(lab, tmp_path, image):
+    """NeMo-Run in a process of its own, HOME in TMP_PATH (its ~/.nemo_run). ssh and rsync
+    verify the login node's host key with the lab's known_hosts, as a user's known_hosts
+    would after a first `ssh -F DIR/lab/ssh_config LOGIN` (OpenSSH reads ~/.ssh from the
+    account, not from HOME: the test's ssh adds the file on its command line)."""
+    _, st = lab.status()
+    ssh = next(x for x in st["nodes"] if x["role"] == "login")["ssh"]
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    known = os.path.join(lab.path, "lab", "known_hosts")
+    (bindir / "ssh").write_text(f'#!/bin/sh\nexec /usr/bin/ssh -o UserKnownHostsFile={known} "$@"\n')
+    (bindir / "ssh").chmod(0o755)
+    env = dict(os.environ, HOME=str(tmp_path), PATH=f"{bindir}:{os.environ['PATH']}")
+    return subprocess.run([sys.executable, "-c", CLIENT, json.dumps(ssh), image], capture_output=True, text=True,
+                          env=env, timeout=600, cwd=tmp_path)
+
+
+def nemo_logs(lab) -> str:
+    """Every log NeMo-Run's job wrote in the lab user's nemo-run folder."""
+    out = []
+    for root, _, files in os.walk(os.path.join(user_home(lab.path), "nemo-run")):
+        out += [open(os.path.join(root, f), errors="replace").read() for f in files if f.endswith((".out", ".err", ".log"))]
+    return "\n".join(out)
+
+
+def test_nemo_run_submits_a_containerized_two_node_job_over_its_ssh_tunnel(lab, tmp_path):
+    r = run_client(lab, tmp_path, "maxtext-cpu")
+    logs = nemo_logs(lab)
+    assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:], logs[-3000:])
+    status = json.loads(next(ln for ln in r.stdout.splitlines() if ln.startswith("ctk-status "))[len("ctk-status "):])
+    assert "SUCCEEDED" in json.dumps(status), (status, logs[-3000:])
+    rows = sorted(ln.split()[1:] for ln in logs.splitlines() if ln.startswith("nemo-dist "))
+    assert [r[:3] for r in rows] == [["maxtextlabdebugnodeset-0", "0", "2"],
+                                    ["maxtextlabdebugnodeset-1", "1", "2"]], logs[-3000:]
+    for _, _, _, jax_version, cwd, has_scripts, has_slurm in rows:
+        assert jax_version == "0.12.0.1"
+        # NeMo-Run's folder at /nemo_run, its workdir /nemo_run/code: the pyxis options took effect
+        assert cwd == "/nemo_run/code" and has_scripts == "True", rows
+        assert has_slurm == "False", rows  # the container image's tree, not the node's
+
+
+def test_an_enroot_image_reference_is_refused_with_a_reason(lab, tmp_path):
+    r = run_client(lab, tmp_path, "nvcr.io#nvidia/jax:25.04-py3")
+    logs = nemo_logs(lab)
+    status = [ln for ln in r.stdout.splitlines() if ln.startswith("ctk-status ")]
+    assert status and "FAILED" in status[0], (r.stdout[-2000:], r.stderr[-2000:])
+    assert "srun (ctk): --container-image nvcr.io#nvidia/jax:25.04-py3: an image for enroot" in logs, logs[-3000:]
+    assert "--container-image NAME, one of: maxtext-cpu" in logs

@@ -133,3 +133,67 @@ def test_each_run_forgets_the_configs_of_containers_runc_no_longer_has(tmp_path)
     (tmp_path / "running").mkdir()  # runc's own state folder of a live container
     RT.forget_ended(str(tmp_path))
     assert sorted(os.listdir(tmp_path / "bundles")) == ["running"]
+
+
+# ---- the job's own mounts and working folder (pyxis's options, through ctk's srun) ----------
+
+def with_env(**env):
+    spec = dict(SPEC, process=dict(SPEC["process"], env=["PATH=/usr/bin"] + [f"{k}={v}" for k, v in env.items()]))
+    return spec
+
+
+def test_the_jobs_mounts_go_on_top_and_its_workdir_is_where_the_process_starts(tmp_path):
+    rootfs = tmp_path / "bundle" / "rootfs"
+    (rootfs / "opt").mkdir(parents=True)
+    src = tmp_path / "job"
+    src.mkdir()
+    spec = with_env(CTK_CONTAINER_MOUNTS=f"{src}:/opt/job:ro,{src}", CTK_CONTAINER_WORKDIR="/opt/job/code/")
+    c = RT.adapt(spec, str(tmp_path / "bundle"), 1900000, 1900000, "/home/r", str(tmp_path / "skel"))
+    assert c["root"]["path"] == str(rootfs)  # /opt is the image's: no root of the user's needed
+    assert not (tmp_path / "skel").exists()
+    mine = [m for m in c["mounts"] if m["source"] == str(src)]
+    assert [m["destination"] for m in mine] == ["/opt/job", str(src)]
+    assert "ro" in mine[0]["options"] and "ro" not in mine[1]["options"] and "nosuid" in mine[0]["options"]
+    assert c["mounts"][-2:] == mine  # after the node's and the bundle's, so over them
+    assert c["process"]["cwd"] == "/opt/job/code"
+
+
+def test_a_mount_on_a_folder_new_to_the_image_gets_a_root_of_the_users(tmp_path):
+    rootfs = tmp_path / "bundle" / "rootfs"
+    for d in ("usr/bin", "etc", "proc", "tmp"):
+        (rootfs / d).mkdir(parents=True)
+    (rootfs / "bin").symlink_to("usr/bin")
+    (rootfs / "marker").write_text("")
+    src = tmp_path / "job"
+    src.mkdir()
+    skel = tmp_path / "state" / "bundles" / "7.0" / "root"
+    c = RT.adapt(with_env(CTK_CONTAINER_MOUNTS=f"{src}:/nemo_run"), str(tmp_path / "bundle"), 1900000, 1900000,
+                 "/home/r", str(skel))
+    assert c["root"]["path"] == str(skel)
+    assert os.readlink(skel / "bin") == "usr/bin" and (skel / "proc").is_dir() and (skel / "tmp").is_dir()
+    first = c["mounts"][:3]  # the image's own entries first, read-only, then everything else
+    assert [(m["source"], m["destination"]) for m in first] == [
+        (str(rootfs / "etc"), "/etc"), (str(rootfs / "marker"), "/marker"), (str(rootfs / "usr"), "/usr")]
+    assert all("ro" in m["options"] for m in first)
+    assert c["mounts"][-1]["destination"] == "/nemo_run" and c["mounts"][3]["destination"] == "/proc"
+
+
+@pytest.mark.parametrize("spec,said", [
+    ("relative:/x", "not an absolute path"),
+    ("/srv/../etc:/x", "not an absolute path without '..'"),
+    ("/tmp:/proc/x", "nothing is mounted on /proc/x"),
+    ("/tmp:/", "nothing is mounted on /"),
+    ("/tmp:/x:exec", "'exec' is not a flag"),
+    ("/tmp:/x:ro:more", "not SRC[:DST[:ro|rw]]"),
+    ("/no/such/folder:/x", "does not exist on this node"),
+])
+def test_a_bad_mount_is_refused_and_named(spec, said, capsys):
+    with pytest.raises(SystemExit) as e:
+        RT.adapt(with_env(CTK_CONTAINER_MOUNTS=spec), "/b", 1900000, 1900000, "/home/r", "/nonexistent/skel")
+    assert e.value.code == 125 and said in capsys.readouterr().err
+
+
+def test_a_relative_workdir_is_refused(capsys):
+    with pytest.raises(SystemExit):
+        RT.adapt(with_env(CTK_CONTAINER_WORKDIR="code"), "/b", 1900000, 1900000, "/home/r")
+    assert "not an absolute path" in capsys.readouterr().err
