@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # On a real GPU host (a node booted from a ctk GPU image, or any machine with an NVIDIA driver
 # and a JAX venv with a CUDA plugin): prove the driver, the GPUs, JAX on them, a bf16 matmul
-# rate, ctk's health check, and train.py's step time with and without the jax-train template's
-# XLA flags. Prints one line per check and exits 1 if any fails.
+# rate, ctk's health check, train.py's step time with and without the jax-train template's
+# XLA flags, and MaxText's step on the GPUs with the maxtext template's flags, with its MFU (where
+# PYTHON has maxtext: an image of a maxtext-cuda12 stack). Prints one line per check and exits 1
+# if any fails.
 #
 #   tests/gpu/verify_gpu_node.sh [--python PYTHON] [--gpus N] [--healthcheck PATH] [--train PATH]
 #
@@ -135,5 +137,51 @@ for label in "without" "with"; do
     *) pass "train.py $label the template's XLA flags: $ms ms/step (steps 50 to $steps)" ;;
   esac
 done
+
+# 5. MaxText's own training step on every GPU of the node, one process, with the maxtext
+# template's GPU XLA flags (tests/unit/test_maxtext_template.py checks they are the template's):
+# a 1B-parameter llama2-style model on synthetic data; the median of MaxText's TFLOP/s/device
+# from step 5 on, and the MFU against the GPU's dense bf16 peak (H100 and H200: 989 TFLOP/s).
+maxtext_flags="--xla_gpu_enable_latency_hiding_scheduler=true --xla_gpu_enable_triton_gemm=false"
+maxtext_flags="$maxtext_flags --xla_gpu_enable_highest_priority_async_stream=true"
+maxtext_flags="$maxtext_flags --xla_gpu_all_reduce_combine_threshold_bytes=134217728"
+maxtext_flags="$maxtext_flags --xla_gpu_all_gather_combine_threshold_bytes=134217728"
+maxtext_flags="$maxtext_flags --xla_gpu_reduce_scatter_combine_threshold_bytes=67108864"
+maxtext_flags="$maxtext_flags --xla_gpu_enable_pipelined_all_gather=true --xla_gpu_enable_pipelined_reduce_scatter=true"
+maxtext_flags="$maxtext_flags --xla_gpu_enable_pipelined_all_reduce=true --xla_gpu_enable_while_loop_double_buffering=true"
+maxtext_flags="$maxtext_flags --xla_disable_hlo_passes=rematerialization"
+if ! "$python" -c 'import maxtext' 2>/dev/null; then
+  printf 'SKIP maxtext: %s has no maxtext (an image of the maxtext-cuda12 stack has it)\n' "$python"
+else
+  config=$("$python" -c 'import maxtext, os; print(os.path.join(os.path.dirname(maxtext.__file__), "configs", "base.yml"))')
+  XLA_FLAGS="$maxtext_flags" XLA_PYTHON_CLIENT_MEM_FRACTION=0.85 "$python" -m maxtext.trainers.pre_train.train "$config" \
+    hardware=gpu run_name=verify base_output_directory="$tmp/maxtext" dataset_type=synthetic steps=30 \
+    enable_checkpointing=false enable_tensorboard=false per_device_batch_size=4 max_target_length=2048 \
+    base_emb_dim=2048 base_num_query_heads=16 base_num_kv_heads=16 base_mlp_dim=8192 base_num_decoder_layers=16 \
+    head_dim=128 vocab_size=32768 > "$tmp/maxtext.log" 2>&1
+  rc=$?
+  out=$("$python" - "$tmp/maxtext.log" <<'PY'
+import re, statistics, sys
+import jax
+text = open(sys.argv[1], errors="replace").read()
+rows = [(int(s), float(t), float(loss)) for s, t, loss in
+        re.findall(r"completed step: (\d+), seconds: [0-9.]+, TFLOP/s/device: ([0-9.]+),.*? loss: ([0-9.]+)", text)]
+late = [t for s, t, _ in rows if s >= 5]
+if not late:
+    print("FAILED: no step lines after step 5")
+    sys.exit(1)
+kind = jax.devices()[0].device_kind
+peak = 989.0 if ("H100" in kind or "H200" in kind) else None
+tf = statistics.median(late)
+mfu = f", MFU {tf / peak * 100:.1f} % of {peak:.0f}" if peak else ""
+print(f"maxtext on {jax.device_count()} x {kind}: {tf:.1f} TFLOP/s/device{mfu}; loss {rows[0][2]:.3f} -> {rows[-1][2]:.3f}")
+PY
+)
+  if [ $rc -eq 0 ] && [ -n "$out" ] && [ "${out#FAILED}" = "$out" ]; then
+    pass "$out"
+  else
+    fail "maxtext (rc $rc): ${out:-} $(tail -n 3 "$tmp/maxtext.log")"
+  fi
+fi
 
 exit $failed

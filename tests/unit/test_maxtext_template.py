@@ -200,3 +200,13 @@ def test_launcher_names_a_missing_config(stand_ins, config):
     r = run_launcher(stand_ins, config)
     assert r.returncode == 1 and f"ctk: MaxText config {config}: no such file here nor under" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_the_gpu_checks_maxtext_flags_are_the_templates():
+    """tests/gpu/verify_gpu_node.sh times MaxText with the flags it spells out: the template's."""
+    from conftest import ROOT
+
+    text = open(os.path.join(ROOT, "tests", "gpu", "verify_gpu_node.sh")).read()
+    spelled = " ".join(re.findall(r'^maxtext_flags="(?:\$maxtext_flags )?([^"]*)"$', text, re.M)).split()
+    rendered = re.search(r"^export XLA_FLAGS=(.*)$", render({"accelerator": "gpu"}), re.M).group(1)
+    assert spelled == shlex.split(rendered)[0].split()
