@@ -324,10 +324,55 @@ def test_exports(slurm_image, state, tmp_path):
         # (tests/unit/test_shell_programs.py checks that script)
         assert not any("/opt/ctk/jax" in e for e in config["config"].get("Env") or []), config["config"]
         assert config["config"]["Labels"]["org.opencontainers.image.title"] == f"ctk-{image}", config["config"]
+        _push_to_a_registry(image, env, tmp_path)
     # nothing left mounted from the store or the exports (a lab running meanwhile has mounts
     # of its own, its network namespaces under /run/netns among them)
     left = [ln for ln in open("/proc/mounts") if state in ln or str(tmp_path) in ln]
     assert not left, left
+
+
+def _push_to_a_registry(image, env, tmp_path):
+    """--push: the exported image in a registry (Debian's docker-registry, the CNCF
+    distribution registry, on a free local port, over plain HTTP), with the archive's config."""
+    import socket
+    import urllib.request
+
+    assert shutil.which("docker-registry"), "docker-registry is not installed (make sysdeps installs it)"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    conf = tmp_path / "registry.yml"
+    conf.write_text(f"version: 0.1\nlog: {{level: error}}\nstorage: {{filesystem: {{rootdirectory: {tmp_path}/registry}}}}\n"
+                    f"http: {{addr: 127.0.0.1:{port}}}\n")
+    reg = subprocess.Popen(["docker-registry", "serve", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    base = f"http://127.0.0.1:{port}/v2"
+    try:
+        def up():
+            try:
+                return urllib.request.urlopen(base + "/", timeout=2).status == 200
+            except OSError:
+                return reg.poll() is not None
+        until(up, 30, "the registry's /v2/")
+        assert reg.poll() is None, reg.stderr.read()
+        ref = f"127.0.0.1:{port}/ctk/{image}:1"
+        out = tmp_path / "pushed.oci.tar"
+        r = ctk("image", "export", image, "--format", "oci", "-o", str(out), "--push", ref, "--no-tls-verify", env=env)
+        assert r.returncode == 0, r.stderr
+        tags = json.load(urllib.request.urlopen(f"{base}/ctk/{image}/tags/list", timeout=10))
+        assert tags["tags"] == ["1"], tags
+        req = urllib.request.Request(f"{base}/ctk/{image}/manifests/1",
+                                     headers={"Accept": "application/vnd.oci.image.manifest.v1+json"})
+        pushed = json.load(urllib.request.urlopen(req, timeout=10))
+        index = json.loads(subprocess.run(["tar", "-xOf", str(out), "index.json"], capture_output=True, text=True,
+                                          check=True).stdout)
+        archived = json.loads(subprocess.run(["tar", "-xOf", str(out), "blobs/sha256/"
+                                              + index["manifests"][0]["digest"].split(":", 1)[1]],
+                                             capture_output=True, text=True, check=True).stdout)
+        assert pushed["config"]["digest"] == archived["config"]["digest"], (pushed, archived)
+        assert [x["size"] for x in pushed["layers"]] and len(pushed["layers"]) == len(archived["layers"])
+    finally:
+        reg.terminate()
+        reg.wait(timeout=30)
 
 
 def _pids_with(text: str) -> dict[int, bytes]:

@@ -46,6 +46,9 @@ def _programs():
                                                                   "/var/lib/ctk/scratch/export-lab-1")
     yield "image export (oci, a stack's PATH)", "sh", export.export_script(
         "jax-cpu", "oci", "/srv/out/.jax.tmp-1", "/var/lib/ctk/scratch/export-jax-1", "/opt/ctk/jax/bin:/usr/bin:/bin")
+    yield "image export (oci, pushed to a registry)", "sh", export.export_script(
+        "jax-cpu", "oci", "/srv/out/.jax.tmp-1", "/var/lib/ctk/scratch/export-jax-1", "", "localhost:5000/ctk/jax:1",
+        tls_verify=False)
     yield "jax role: /etc/profile.d/ctk-jax.sh", "sh", _role_template("ctk-jax.sh.j2")
     yield "jax role: TaskProlog", "sh", _role_template("task-prolog.j2")
 

@@ -40,6 +40,11 @@ def add_parsers(sub) -> None:
     p.add_argument("--format", required=True, choices=["dir", "tar", "oci", "ext4"], help="output format")
     p.add_argument("-o", "--out", required=True, metavar="PATH", help="where to write it")
     p.add_argument("-w", "--overwrite", action="store_true", help="replace PATH if it exists")
+    p.add_argument("--push", metavar="REF",
+                   help="oci only: also push the image to a registry, REF = HOST[:PORT]/NAME[:TAG] "
+                        "(buildah push; credentials from `buildah login HOST`)")
+    p.add_argument("--no-tls-verify", action="store_true",
+                   help="with --push: a registry over plain HTTP or with a certificate not trusted here")
     p.add_argument("-q", "--quiet", action="store_true", help="print only the result")
     p.set_defaults(run=export)
     p = isub.add_parser("gc", help="remove layers no image uses, and leftovers of interrupted builds")
@@ -69,7 +74,8 @@ def gc(args) -> int:
 def export(args) -> int:
     from ..images.export import export_image
 
-    print(export_image(args.name, args.format, args.out, progress=progress_of(args), overwrite=args.overwrite))
+    print(export_image(args.name, args.format, args.out, progress=progress_of(args), overwrite=args.overwrite,
+                       push=args.push, tls_verify=not args.no_tls_verify))
     return EXIT_OK
 
 

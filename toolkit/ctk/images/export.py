@@ -1,10 +1,12 @@
-"""Image exports: a directory, a tar.zst, an OCI archive (buildah, chroot isolation), an ext4
-disk image (mke2fs -d). The layers are flattened through a read-only overlay mounted in a
-private mount namespace, so nothing stays mounted whatever happens."""
+"""Image exports: a directory, a tar.zst, an OCI archive (buildah, chroot isolation; pushed to a
+registry too with --push), an ext4 disk image (mke2fs -d). The layers are flattened through a
+read-only overlay mounted in a private mount namespace, so nothing stays mounted whatever
+happens."""
 
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 
@@ -15,6 +17,16 @@ from ..runner import run
 from .store import Store
 
 FORMATS = ("dir", "tar", "oci", "ext4")
+# A registry reference: HOST[:PORT]/PATH[:TAG] (or @sha256:DIGEST), as buildah push takes after
+# docker://; the host has a dot or a port, or is localhost, so it is never read as a path.
+PUSH_REF_RE = re.compile(r"^(localhost|[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+|[A-Za-z0-9.-]+:\d{1,5})(:\d{1,5})?"
+                         r"(/[a-z0-9]+([._-]+[a-z0-9]+)*)+(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}|@sha256:[0-9a-f]{64})?$")
+
+
+def check_push_ref(ref: str) -> None:
+    if not PUSH_REF_RE.match(ref):
+        raise UserError(f"--push {ref!r}: not a registry reference",
+                        hint="HOST[:PORT]/NAME[:TAG], e.g. us-docker.pkg.dev/PROJECT/REPO/jax:1 or localhost:5000/jax")
 
 
 def _in_flat_view(store: Store, layers: list[str], script: str, work: str, progress: Progress, what: str):
@@ -28,10 +40,12 @@ def _in_flat_view(store: Store, layers: list[str], script: str, work: str, progr
     run(["unshare", "--mount", "sh", "-c", full], on_line=progress.task, what=what)
 
 
-def export_script(name: str, fmt: str, dest: str, work: str, path: str = "") -> str:
+def export_script(name: str, fmt: str, dest: str, work: str, path: str = "", push: str = "",
+                  tls_verify: bool = True) -> str:
     """The shell program (sh, run with set -eu) that writes image NAME's tree, at $ROOT, to DEST
     in format FMT; WORK is a scratch folder of its own. PATH: the oci image's PATH (its stack's
-    venv first), where the image has a JAX venv."""
+    venv first), where the image has a JAX venv. PUSH: a registry reference the oci image is
+    pushed to as well (over TLS unless TLS_VERIFY is false)."""
     q = shlex.quote(dest)
     if fmt == "dir":
         return f'mkdir {q}\ncp -a "$ROOT"/. {q}/\n'
@@ -47,22 +61,31 @@ def export_script(name: str, fmt: str, dest: str, work: str, path: str = "") -> 
     b = f"buildah --root {storage}/root --runroot {storage}/run --storage-driver vfs"
     tarball = shlex.quote(os.path.join(work, "rootfs.tar"))
     title = shlex.quote(f"org.opencontainers.image.title=ctk-{name}")
+    local = shlex.quote(f"localhost/ctk/{name}:latest")
     ref = shlex.quote(f"oci-archive:{dest}:ctk/{name}:latest")
     env = f" --env {shlex.quote('PATH=' + path)}" if path else ""
+    pushed = (f"{b} push --quiet --format oci --tls-verify={'true' if tls_verify else 'false'} {local} "
+              f"{shlex.quote('docker://' + push)}\n") if push else ""
     return (f'tar --numeric-owner -C "$ROOT" -cf {tarball} .\n'
             f"ctr=$({b} from --isolation chroot scratch)\n"
             f'{b} add "$ctr" {tarball} /\n'
             f'{b} config --cmd /bin/bash --label {title}{env} "$ctr"\n'
-            f'{b} commit --quiet "$ctr" {ref}\n'
+            f'{b} commit --quiet "$ctr" {local} >/dev/null\n'
+            f"{b} push --quiet {local} {ref}\n"
+            + pushed +
             f'{b} rm "$ctr" >/dev/null\n')
 
 
 def export_image(name: str, fmt: str, out: str, store: Store | None = None, progress: Progress | None = None,
-                 overwrite: bool = False) -> str:
+                 overwrite: bool = False, push: str | None = None, tls_verify: bool = True) -> str:
     store = store or Store()
     progress = progress or Progress()
     if fmt not in FORMATS:
         raise UserError(f"--format {fmt!r}: use one of {', '.join(FORMATS)}")
+    if push is not None:
+        if fmt != "oci":
+            raise UserError(f"--push goes with --format oci, not {fmt}", hint="--format oci -o IMAGE.tar --push REF")
+        check_push_ref(push)
     rec = store.built_image(name)
     out = os.path.abspath(out)
     if os.path.exists(out) and not overwrite:
@@ -70,11 +93,12 @@ def export_image(name: str, fmt: str, out: str, store: Store | None = None, prog
     work = store.scratch(f"export-{name}-{os.getpid()}")
     tmp_out = os.path.join(os.path.dirname(out), f".{os.path.basename(out)}.tmp-{os.getpid()}")
     try:
-        with progress.step(f"export {name} as {fmt} to {out}"):
+        with progress.step(f"export {name} as {fmt} to {out}" + (f", push to {push}" if push else "")):
             if fmt == "oci" and not shutil.which("buildah"):
                 raise UserError("the oci format needs buildah", hint="apt-get install buildah")
             roles = (rec.get("spec") or {}).get("roles") or []
-            script = export_script(name, fmt, tmp_out, work, image_path(roles) if "jax" in roles else "")
+            script = export_script(name, fmt, tmp_out, work, image_path(roles) if "jax" in roles else "",
+                                   push or "", tls_verify)
             _in_flat_view(store, rec["layers"], script, work, progress, f"export of {name} as {fmt} failed")
             if os.path.isdir(out) and not os.path.islink(out):
                 shutil.rmtree(out)
