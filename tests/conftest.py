@@ -19,6 +19,18 @@ FIXTURES_MISSING = None if os.path.isdir(FIXTURES) else (
 GPU_SKIP_PREFIX = "no GPU"
 
 
+def load_program(path: str, name: str):
+    """A Python program ctk installs (a role's file, without a .py suffix) as a module."""
+    import importlib.machinery
+    import importlib.util
+
+    loader = importlib.machinery.SourceFileLoader(name, path)
+    spec = importlib.util.spec_from_loader(name, loader)
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    return mod
+
+
 def gpu_present() -> bool:
     """An NVIDIA GPU and its driver on this machine (the device files the driver creates)."""
     return os.path.exists("/dev/nvidiactl") and bool(glob.glob("/dev/nvidia[0-9]*"))

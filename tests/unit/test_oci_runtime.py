@@ -2,26 +2,17 @@
 for the job's user, and the state folder it refuses. Its real runs (runc in lab nodes through
 srun --container) are in tests/integration/test_containers.py."""
 
-import importlib.machinery
-import importlib.util
 import os
 
 import pytest
 
+from conftest import load_program
 from ctk import paths
 
 PATH = os.path.join(paths.ANSIBLE, "roles", "slurm", "files", "ctk-oci-runtime")
 
 
-def load():
-    loader = importlib.machinery.SourceFileLoader("ctk_oci_runtime", PATH)
-    spec = importlib.util.spec_from_loader("ctk_oci_runtime", loader)
-    mod = importlib.util.module_from_spec(spec)
-    loader.exec_module(mod)
-    return mod
-
-
-RT = load()
+RT = load_program(PATH, "ctk_oci_runtime")
 
 # What `runc spec --rootless` writes (runc 1.1), trimmed to the parts the runtime changes.
 SPEC = {

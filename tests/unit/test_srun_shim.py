@@ -2,8 +2,6 @@
 containers, every other call passed on unchanged. Run here against a stand-in srun that prints
 what it got (NeMo-Run's real jobs go through the lab's in tests/integration/test_nemo_run.py)."""
 
-import importlib.machinery
-import importlib.util
 import json
 import os
 import subprocess
@@ -11,6 +9,7 @@ import sys
 
 import pytest
 
+from conftest import load_program
 from ctk import paths
 
 PATH = os.path.join(paths.ANSIBLE, "roles", "slurm", "files", "ctk-srun")
@@ -40,15 +39,7 @@ print(json.dumps({"argv": sys.argv[1:], "env": {k: v for k, v in os.environ.item
 """
 
 
-def load():
-    loader = importlib.machinery.SourceFileLoader("ctk_srun", PATH)
-    spec = importlib.util.spec_from_loader("ctk_srun", loader)
-    mod = importlib.util.module_from_spec(spec)
-    loader.exec_module(mod)
-    return mod
-
-
-SHIM = load()
+SHIM = load_program(PATH, "ctk_srun")
 
 
 @pytest.fixture
