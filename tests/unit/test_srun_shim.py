@@ -103,6 +103,14 @@ def test_without_oci_conf_pyxis_options_go_to_srun_as_they_are(node):
     assert rc == 0 and got["argv"] == args  # pyxis, where it is installed, takes them
 
 
+def test_where_pyxis_is_loaded_its_options_go_to_srun_as_they_are(node):
+    (node[2] / "plugstack.conf.d").mkdir()
+    (node[2] / "plugstack.conf.d" / "pyxis.conf").write_text("required /usr/local/lib/slurm/spank_pyxis.so\n")
+    args = ["--container-image", "nvcr.io#nvidia/jax:25.04-py3", "--container-mounts", "/a:/b", "python3"]
+    rc, got, _ = srun(node, *args)
+    assert rc == 0 and got == {"argv": args, "env": {}}
+
+
 @pytest.mark.parametrize("args,said", [
     (["--container-image", "nvcr.io#nvidia/jax:25.04-py3", "true"], "an image for enroot"),
     (["--container-image", "docker://ubuntu", "true"], "an image for enroot"),

@@ -86,6 +86,9 @@ class ImageSpec:
     # Transformer Engine's release, built into the image's JAX venv against its CUDA toolkit
     # (a CUDA stack's opt-in); None: none.
     transformer_engine: str | None = None
+    # The pyxis role's files where a node lacks enroot or pyxis: {"enroot_packages": [{url,
+    # sha256}, ...], "source": {url, sha256}} (the ctk/image setting `pyxis`).
+    pyxis: dict = field(default_factory=dict)
 
     @property
     def python(self) -> str | None:

@@ -621,9 +621,12 @@ def cluster_facts(cluster: Deployment, nodeset: str | None) -> dict[str, Any]:
         acc = "gpu"
     else:
         acc = "cpu"
+    img = cluster.image_of(ns)
+    # The container template's: pyxis where the nodes' image has the pyxis role or is slurm-gcp's
+    # (which carries pyxis and enroot); else Slurm's own, which ctk's nodes have (runc, oci.conf).
+    pyxis = not cluster.traits.writes_slurm_conf or (img is not None and "pyxis" in img.roles)
     facts: dict[str, Any] = {"accelerator": acc, "network": ns.network,
-                             # the container template's: ctk's nodes have Slurm's own (runc, oci.conf)
-                             "container_runtime": "oci" if cluster.traits.writes_slurm_conf else "pyxis",
+                             "container_runtime": "pyxis" if pyxis else "oci",
                              "container_images": ([c.name for c in cluster.containers]
                                                   if cluster.traits.has_container_bundles else [])}
     if partition:

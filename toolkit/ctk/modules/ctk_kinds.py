@@ -32,6 +32,9 @@ IMAGE = ModuleKind(
         _in("extra_playbooks", "list(string)", [], "Further playbooks run after the roles."),
         _in("transformer_engine", "string", None, "Transformer Engine release (e.g. \"2.20.2\") built into the "
             "JAX venv of a CUDA stack, against the cuda role's toolkit; null: none."),
+        _in("pyxis", "object", None, "With the pyxis role, where the nodes lack NVIDIA's enroot or pyxis: the "
+            "files to install, each {url, sha256}: {enroot_packages: [the enroot and enroot+caps .debs], source: "
+            "pyxis's release tarball}; null: the nodes have them (slurm-gcp's images)."),
     ),
     outputs=(Output("image", "The image name, for an `image` input."),),
 )

@@ -5,7 +5,10 @@ accelerator), and what its accelerators need of its driver and CUDA toolkit."""
 from __future__ import annotations
 
 import dataclasses
+import os
+import re
 
+from .. import paths
 from ..blueprint.errors import BlueprintError, Collector, did_you_mean
 from ..blueprint.expand import Expanded, ExpandedModule
 from ..blueprint.expand import setting_pos as setting_pos
@@ -56,7 +59,8 @@ def image(em: ExpandedModule, exp: Expanded) -> ImageSpec:
                          roles=list(em.get("roles") or default_roles),
                          stack=str_of(em.get("stack"), "") or "",  # "": chosen by stacks
                          extra_playbooks=list(em.get("extra_playbooks") or []), source=em.module.source,
-                         transformer_engine=str_of(em.get("transformer_engine")))
+                         transformer_engine=str_of(em.get("transformer_engine")),
+                         pyxis=dict(em.get("pyxis") or {}) if isinstance(em.get("pyxis"), dict) else {})
     src_img = " ".join(str(x) for x in (em.get("source_image"), em.get("source_image_family"))
                        if x and not is_deferred(x))
     base = DEFAULT_BASE
@@ -282,3 +286,78 @@ def on_slurm_gcp_images(exp: Expanded, dep: Deployment, c: Collector) -> None:
               + f" (the roles {', '.join(brought)} would install another over it)",
               doc.pos(iem.module.path + ("settings", "roles")),
               f"leave {', '.join(brought)} out of roles on the gcp target")
+
+
+def _known_roles() -> list[str]:
+    """The roles ctk's Ansible folder has (paths.ansible_dir(): a site's own may add some)."""
+    d = os.path.join(paths.ansible_dir(), "roles")
+    try:
+        return sorted(n for n in os.listdir(d) if os.path.isdir(os.path.join(d, n, "tasks")))
+    except OSError:
+        return []
+
+
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def roles_and_pyxis(exp: Expanded, dep: Deployment, c: Collector) -> None:
+    """Every role an image names is one ctk has; the pyxis role goes on node images of targets
+    without Slurm's own container bundles (ssh, gcp), and its files, where given, each have an
+    https url and a sha256."""
+    known = _known_roles()
+    for img in dep.images + dep.containers:
+        if img.source not in ("ctk/image", CONTAINER_IMAGE):
+            continue
+        em = module_of(exp, img.module_id)
+        for i, role in enumerate(img.roles):
+            if known and role not in known:
+                c.add(f"image '{img.name}': no role '{role}'", setting_pos(exp, em, "roles", i),
+                      did_you_mean(role, known) or f"ctk's roles: {', '.join(known)}")
+        if "pyxis" in img.roles:
+            pos = setting_pos(exp, em, "roles", img.roles.index("pyxis"))
+            if img.source == CONTAINER_IMAGE:
+                c.add(f"container image '{img.name}': the pyxis role is for nodes (it loads pyxis in Slurm)", pos,
+                      "give the pyxis role to the nodes' ctk/image")
+            elif dep.traits.has_container_bundles:
+                c.add(f"image '{img.name}': the pyxis role is not for the {dep.target} target: its nodes run "
+                      "Slurm's own containers (srun --container, OCI bundles of the deployment's container images), "
+                      "and ctk's srun takes pyxis's options to them", pos,
+                      "leave pyxis out of roles here; it is for the ssh and gcp targets")
+        if "pyxis" in em.explicit:
+            if "pyxis" not in img.roles:
+                c.add(f"image '{img.name}': the pyxis setting is for the pyxis role, which is not in its roles",
+                      setting_pos(exp, em, "pyxis", key=True), "add pyxis to roles, or leave the setting out")
+            _pyxis_files(exp, em, img, c)
+
+
+def _pyxis_files(exp: Expanded, em: ExpandedModule, img: ImageSpec, c: Collector) -> None:
+    value = em.get("pyxis")
+    if not isinstance(value, dict):
+        c.add("pyxis: a map {enroot_packages: [{url, sha256}, ...], source: {url, sha256}}",
+              setting_pos(exp, em, "pyxis"))
+        return
+    for key in value:
+        if key not in ("enroot_packages", "source"):
+            c.add(f"pyxis: no key '{key}'", setting_pos(exp, em, "pyxis", key, key=True),
+                  did_you_mean(key, ("enroot_packages", "source")) or "keys: enroot_packages, source")
+    pkgs = value.get("enroot_packages", [])
+    files: list[tuple[tuple, object]] = []
+    if not isinstance(pkgs, list):
+        c.add("pyxis.enroot_packages: a list of {url, sha256}", setting_pos(exp, em, "pyxis", "enroot_packages"))
+    else:
+        files += [(("enroot_packages", i), f) for i, f in enumerate(pkgs)]
+    if "source" in value:
+        files.append((("source",), value["source"]))
+    for keys, f in files:
+        where = "pyxis." + ".".join(str(k) for k in keys)
+        if not isinstance(f, dict) or set(f) != {"url", "sha256"}:
+            c.add(f"{where}: a file is {{url, sha256}}", setting_pos(exp, em, "pyxis", *keys),
+                  "url: https://..., sha256: its 64 hex digits (sha256sum FILE)")
+            continue
+        url, sha = f["url"], f["sha256"]
+        if not isinstance(url, str) or not url.startswith("https://") or any(ch.isspace() for ch in url):
+            c.add(f"{where}.url: {url!r} is not an https URL", setting_pos(exp, em, "pyxis", *keys, "url"),
+                  "ctk fetches these files over https only")
+        if not isinstance(sha, str) or not _SHA256.fullmatch(sha):
+            c.add(f"{where}.sha256: not a sha256 (64 lower-case hex digits)",
+                  setting_pos(exp, em, "pyxis", *keys, "sha256"), "sha256sum FILE gives it")

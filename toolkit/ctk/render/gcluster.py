@@ -103,6 +103,8 @@ def image_vars(img: ImageSpec) -> dict:
     stack = get_stack(img.stack)
     for role in roles:
         out.update(role_variables(img, role, stack))
+    if "pyxis" in roles:  # slurm-gcp's Slurm keeps its configuration under /usr/local
+        out["pyxis_slurm_etc"] = slurm_gcp.SLURM_ETC
     return out
 
 

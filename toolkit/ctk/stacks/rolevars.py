@@ -19,6 +19,14 @@ def role_variables(spec: ImageSpec, role: str, stack: Stack, lock: Lock | None =
         return jax_role_vars(stack, [lock])
     if role == "slurm":  # the slurm user's number: the one ctk gives it in every image (images.accounts)
         return {"slurm_flavour": "all", "slurm_uid": SLURM_UID}
+    if role == "pyxis":
+        return pyxis_vars(spec)
     if role == "dcgm":  # DCGM 4's packages are per CUDA major
         return {"dcgm_cuda_major": te_.cuda_major(stack.accelerator) or 12}
     return {}
+
+
+def pyxis_vars(spec: ImageSpec) -> dict:
+    """The pyxis role's files for nodes that lack enroot or pyxis (each checked by its sha256)."""
+    return {"pyxis_enroot_packages": list(spec.pyxis.get("enroot_packages") or []),
+            "pyxis_source": dict(spec.pyxis.get("source") or {})}
