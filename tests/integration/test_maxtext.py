@@ -134,7 +134,8 @@ def test_the_same_run_in_the_container_image_ends_the_same(lab, uninterrupted):
 # ---- NeMo-Run -------------------------------------------------------------------------
 
 # Run on this machine, as a NeMo-Run user would run it: the executor, the tunnel, an inline
-# script, and the experiment followed to its end.
+# script, and the experiment followed to its end. Both tasks write to one file (srun --output):
+# each line goes in one write(2), or the two lines interleave (as print's pieces did once).
 CLIENT = textwrap.dedent("""
     import json, sys
     import nemo_run as run
@@ -146,9 +147,9 @@ CLIENT = textwrap.dedent("""
                                  tunnel=tunnel, container_image=image, packager=run.Packager())
     inline = ("python3 -c 'import jax, os, socket; jax.distributed.initialize(); "
               "rel = dict(l.split(\\"=\\", 1) for l in open(\\"/etc/os-release\\").read().split(\\"\\\\n\\") if \\"=\\" in l); "
-              "print(\\"nemo-dist\\", socket.gethostname(), jax.process_index(), jax.process_count(), jax.__version__, "
-              "os.getcwd(), os.path.isdir(\\"/nemo_run/scripts\\"), os.path.exists(\\"/etc/slurm/slurm.conf\\"), "
-              "flush=True)'")
+              "os.write(1, (\\" \\".join(map(str, [\\"nemo-dist\\", socket.gethostname(), jax.process_index(), "
+              "jax.process_count(), jax.__version__, os.getcwd(), os.path.isdir(\\"/nemo_run/scripts\\"), "
+              "os.path.exists(\\"/etc/slurm/slurm.conf\\")])) + \\"\\\\n\\").encode())'")
     with run.Experiment("ctk-nemo", executor=executor) as exp:
         exp.add(run.Script(inline=inline), name="dist")
         exp.run(detach=False, tail_logs=False)

@@ -243,3 +243,30 @@ def test_chaos_intervals_are_exponential_with_the_mean_and_seed_given(tmp_path):
     c = _agent(tmp_path / "c", chaos_interval=40, chaos_seed=8)
     assert c.rng.random() != a.rng.random()
     assert labagent.read_events(agent.power)[0]["event"] == "chaos"
+
+
+def test_sync_boots_a_node_slurm_powers_up_only_once_its_request_had_time_to_come(tmp_path):
+    # slurmctld marks the node powering up (idle#) before its ResumeProgram writes the request: a
+    # sync in between must not boot the node at once, which would skip boot_delay.
+    agent = _agent(tmp_path, boot_delay=3)
+    agent.slurm = lambda *argv: "n-0 idle#\nf-0 idle~\n"
+    agent.running = lambda name: False
+    booted: list[str] = []
+    agent.submit = lambda name, fn, *args: booted.append(name) or True
+    agent.sync()
+    agent.sync()
+    assert booted == [] and set(agent.powering_seen) == {"n-0"}
+    labagent.request(agent.power, "resume", ["n-0"])
+    agent.tick()  # the request came: its boot is boot_delay after it, and sync leaves it alone
+    assert list(agent.boot_at) == ["n-0"] and booted == []
+    agent.powering_seen["n-0"] = time.monotonic() - labagent.RESUME_GRACE
+    agent.sync()
+    assert booted == [] and agent.powering_seen == {}
+    # a resume the agent never saw (it died after taking the request): booted after the grace
+    agent.boot_at.clear()
+    agent.sync()
+    assert booted == []
+    agent.powering_seen["n-0"] -= labagent.RESUME_GRACE
+    agent.sync()
+    assert booted == ["n-0"] and agent.powering_seen == {}
+    assert [e["action"] for e in labagent.read_events(agent.power) if e["event"] == "resynced"] == ["booted"]

@@ -46,6 +46,9 @@ POLL = 0.2  # seconds between looks at the request folder and the timers
 # Run in a node under notice: its /run/ctk/preempted says TRUE, written whole.
 PREEMPTED_SCRIPT = "mkdir -p /run/ctk && printf 'TRUE\\n' > /run/ctk/.preempted && mv -f /run/ctk/.preempted /run/ctk/preempted"
 SYNC = 3.0  # seconds between looks at Slurm's view of the nodes (Agent.sync), from the start
+# How long a node Slurm powers up must go without its resume request before sync boots it: Slurm
+# marks the node powering up before its ResumeProgram has written the request.
+RESUME_GRACE = 2 * SYNC
 WORKERS = 8  # nodes booted or stopped at once
 
 
@@ -104,6 +107,7 @@ class Agent:
                 self.up_since[name] = time.monotonic()
         self.stopping = False
         self.next_sync = 0.0  # the first look is at once: an agent that was down finds what drifted
+        self.powering_seen: dict[str, float] = {}  # sync: powering up in Slurm, no request seen: since
         if self.chaos:
             self.event("chaos", mean_interval=self.chaos, seed=seed)
 
@@ -271,15 +275,21 @@ class Agent:
         - DOWN and powered down (a take-back whose DOWN came after its power-down began, or a
           node whose boot no one did while the agent was down, past ResumeTimeout): powered
           down again, which makes it idle (idle_on_node_suspend) and usable by the next job;
-        - powering up (a resume this agent never saw: it died after taking the request): booted;
+        - powering up (a resume this agent never saw: it died after taking the request), for
+          RESUME_GRACE with no request in that time (one under way is not yet in the folder): booted;
         - powered down in Slurm, yet running here (a suspend it never saw): stopped."""
         out = self.slurm("sinfo", "-h", "-N", "-o", "%N %T") or ""
         states = {name: st for name, st in (ln.split() for ln in out.splitlines() if len(ln.split()) == 2)
                   if name in self.nodes}
         with self.lock:
             busy = set(self.busy)
+        now = time.monotonic()
+        for name in list(self.powering_seen):
+            if not states.get(name, "").endswith("#"):
+                del self.powering_seen[name]
         for name, st in sorted(states.items()):
             if name in busy or name in self.notices or name in self.boot_at or name in self.capacity_at:
+                self.powering_seen.pop(name, None)
                 continue  # ours is under way
             running = self.running(name)
             if st.startswith("down") and st.endswith("~") and not running:
@@ -289,6 +299,9 @@ class Agent:
             elif not self.nodes[name].get("dynamic"):
                 continue  # a static node powers neither up nor down
             elif st.endswith("#") and not running:
+                if now - self.powering_seen.setdefault(name, now) < RESUME_GRACE:
+                    continue  # its request may be on its way
+                del self.powering_seen[name]
                 if self.submit(name, self._boot, "resynced: Slurm is powering it up"):
                     self.event("resynced", name, state=st, action="booted")
             elif st.endswith("~") and running and not st.startswith("down"):
