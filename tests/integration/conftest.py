@@ -23,7 +23,8 @@ from .slurm_releases import HostSlurm, NodeSlurm
 LAB = os.path.join(paths.BLUEPRINTS, "lab.yaml")
 SLURM_ROLES = ["common", "munge", "slurm"]
 # Where a rendered slurm.conf is tried: this machine's Slurm, and the Slurm of each base's image.
-SLURM_RELEASES = ("host", "debian-13")
+# "BASE@RELEASE": the base with a slurm_release of ctk.model.SLURM_ARCHIVES (Debian forky's 26.05)
+SLURM_RELEASES = ("host", "debian-13", "debian-13@26.05")
 IMAGE_TOOLS = ("debootstrap", "packer", "unshare")
 
 
@@ -105,13 +106,15 @@ def lab_env(deployment_dir: str, user: str | None = None) -> dict:
 @pytest.fixture(scope="session")
 def slurm_image(state):
     """slurm_image(BASE): the name of an image of roles common, munge and slurm on BASE (no
-    stack), built into the session's store on first use. Its timings are printed at the end
-    (shown with -s, or with -rA as the last teardown's output)."""
+    stack), built into the session's store on first use; slurm_image("BASE@RELEASE"): the same
+    with that slurm_release. Its timings are printed at the end (shown with -s, or with -rA as
+    the last teardown's output)."""
     built: dict[str, str] = {}
     timings: list[str] = []
 
-    def get(base: str) -> str:
-        if base not in built:
+    def get(name: str) -> str:
+        base, _, release = name.partition("@")
+        if name not in built:
             missing = [t for t in IMAGE_TOOLS if not shutil.which(t, path="/usr/sbin:/usr/bin:/sbin:/bin")]
             if missing:
                 pytest.skip(f"{', '.join(missing)} not installed: cannot build a {base} image")
@@ -120,14 +123,15 @@ def slurm_image(state):
             with store.lock():  # another worker may be building in the same store
                 ensure_base(store, base, progress)
             t1 = time.monotonic()
-            r = build_image(ImageSpec(name=f"slurm-{base}", module_id="slurm_image", base=base, roles=SLURM_ROLES),
-                            store, progress)
-            timings.append(f"  {base}: base {t1 - t0:.1f} s, roles {', '.join(SLURM_ROLES)} {r.seconds:.1f} s "
+            spec = ImageSpec(name=f"slurm-{base}" + (f"-{release}" if release else ""), module_id="slurm_image",
+                             base=base, roles=SLURM_ROLES, slurm_release=release)
+            r = build_image(spec, store, progress)
+            timings.append(f"  {name}: base {t1 - t0:.1f} s, roles {', '.join(SLURM_ROLES)} {r.seconds:.1f} s "
                            f"(built: {', '.join(r.built) or 'none'}; cached: {', '.join(r.cached) or 'none'})")
-            built[base] = r.image
-            if base == "debian-13":
+            built[name] = r.image
+            if name == "debian-13":
                 start_accel_builds(state)  # they reuse its base, common, munge and slurm layers
-        return built[base]
+        return built[name]
 
     yield get
     if timings:

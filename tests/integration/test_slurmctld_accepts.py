@@ -1,6 +1,7 @@
 """The real slurmctld of every release ctk's images carry accepts what ctk renders: this
-machine's (Debian 12: Slurm 22.05), and debian-13's (Slurm 24.11) in a node booted from a
-debian-13 image (the `slurm` fixture, tests/integration/conftest.py).
+machine's (Debian 12: Slurm 22.05), debian-13's (Slurm 24.11) in a node booted from a
+debian-13 image, and Slurm 26.05 (Debian forky's, slurm_release) in a node booted from a debian-13
+image that asked for it (the `slurm` fixture, tests/integration/conftest.py).
 
 A scaled-down a3mega cluster (4 GPU nodes, 2 debug nodes, plus an empty nodeset and
 partition) is rendered with a NodeLayout, slurmctld is started on it with a private
@@ -23,7 +24,16 @@ from pathlib import Path
 
 import pytest
 
-from ctk.model import BASES, Controller, Deployment, Login, Nodeset, Partition
+from ctk.model import (
+    BASES,
+    Controller,
+    Deployment,
+    ImageSpec,
+    Login,
+    Nodeset,
+    Partition,
+    parse_release,
+)
 from ctk.render.hostlist import compress, expand
 from ctk.render.slurmconf import (
     NodeLayout,
@@ -137,6 +147,10 @@ def cluster(slurm, tmp_path_factory) -> Iterator[Cluster]:
         (dirs["gpus"] / f"nvidia{i}").symlink_to("/dev/null")
 
     dep = scaled_a3mega()
+    base, _, release = slurm.name.partition("@")
+    if base in BASES:  # the nodes' image, as a lab's deployment has it (its Slurm shapes cgroup.conf)
+        dep.images = [ImageSpec(name="node", module_id="node_image", base=base, roles=["common", "munge", "slurm"],
+                                source="ctk/image", slurm_release=release)]
     node_names = [n for ns in dep.nodesets for n in ns.node_names()]
     layout = NodeLayout(
         controller_addr="127.0.0.1",
@@ -170,9 +184,11 @@ def cluster(slurm, tmp_path_factory) -> Iterator[Cluster]:
 
 
 def test_release(cluster):
-    """The node runs its base's Slurm (24.11 on debian-13), not this machine's."""
-    if cluster.slurm.name in BASES:
-        assert cluster.slurm.version() == BASES[cluster.slurm.name].slurm
+    """The node runs its base's Slurm (24.11 on debian-13), or the release its image asked for
+    (debian-13@26.05), not this machine's."""
+    base, _, release = cluster.slurm.name.partition("@")
+    if base in BASES:
+        assert cluster.slurm.version() == (parse_release(release) if release else BASES[base].slurm)
     assert re.search(r"\bslurmctld version \d+\.\d+", cluster.startup_log)
 
 
@@ -190,7 +206,10 @@ def test_partition_settings(cluster):
     a3 = cluster.show("partition", "a3mega")
     assert a3["Nodes"] == f"a3mega-[0-{GPU_NODES - 1}]"
     assert a3["Default"] == "YES"
-    assert a3["OverSubscribe"] == "EXCLUSIVE"
+    if cluster.slurm.version() >= (26, 5):  # 26.05 shows OverSubscribe=EXCLUSIVE as a field of its own
+        assert a3["Exclusive"] == "NODE" and a3["OverSubscribe"] == "NO"
+    else:
+        assert a3["OverSubscribe"] == "EXCLUSIVE"
     assert a3["MaxTime"] == "UNLIMITED"
     if "ResumeTimeout" in a3:
         assert a3["ResumeTimeout"] == "900"

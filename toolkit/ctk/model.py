@@ -7,6 +7,7 @@ nothing downstream re-reads YAML. It round-trips through JSON (deployment.json).
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -39,8 +40,7 @@ class Base:
     @property
     def slurm_release(self) -> str:
         """As Slurm spells it: "24.11", "22.05"."""
-        major, minor = self.slurm
-        return f"{major}.{minor:02d}"
+        return slurm_text(self.slurm)
 
     @property
     def python_release(self) -> str:
@@ -58,6 +58,23 @@ BASES: dict[str, Base] = {b.name: b for b in (
     Base("rocky-9", "rocky", "9", slurm=(22, 5), python=(3, 9)),
 )}
 DEFAULT_BASE = "debian-13"
+
+# Slurm releases an image can ask for (ctk/image's `slurm_release`) besides its base's own: the
+# bases that can take each, and the Debian suite its packages come from. Debian forky's 26.05 runs
+# on Debian 13 (its packages need glibc >= 2.38 and hwloc >= 2.15: trixie has glibc 2.41, and
+# hwloc 2.16 in trixie-backports); only Slurm's own packages and one library come from forky.
+SLURM_ARCHIVES: dict[str, dict[str, str]] = {"26.05": {"debian-13": "forky"}}
+
+
+def slurm_text(release: tuple[int, int]) -> str:
+    """As Slurm spells it: "24.11", "22.05"."""
+    return f"{release[0]}.{release[1]:02d}"
+
+
+def parse_release(text: str) -> tuple[int, int] | None:
+    """(26, 5) from "26.05"; None for what is no Slurm release."""
+    m = re.fullmatch(r"(\d+)\.(\d\d)", text)
+    return (int(m.group(1)), int(m.group(2))) if m else None
 BASE_PYTHON = {name: b.python_release for name, b in BASES.items()}  # "debian-13" -> "3.13"
 
 
@@ -89,6 +106,17 @@ class ImageSpec:
     # The pyxis role's files where a node lacks enroot or pyxis: {"enroot_packages": [{url,
     # sha256}, ...], "source": {url, sha256}} (the ctk/image setting `pyxis`).
     pyxis: dict = field(default_factory=dict)
+    # The Slurm release of the image when it is not its base's own (SLURM_ARCHIVES: "26.05");
+    # "": the base's.
+    slurm_release: str = ""
+
+    @property
+    def slurm(self) -> tuple[int, int] | None:
+        """(major, minor) of the image's Slurm; None for a base ctk does not know."""
+        if self.slurm_release:
+            return parse_release(self.slurm_release)
+        base = BASES.get(self.base)
+        return base.slurm if base else None
 
     @property
     def python(self) -> str | None:
@@ -361,6 +389,16 @@ class Deployment:
         if name:
             return next((img for img in self.images if img.name == name), None)
         return self.images[0] if len(self.images) == 1 else None
+
+    def slurm(self) -> tuple[int, int] | None:
+        """The Slurm release of the nodes' images (one per cluster: the plan checks it); None
+        where no node boots an image of ctk's (slurm-gcp's bring their own)."""
+        names = {self.controller.image if self.controller else None, *(ns.image for ns in self.nodesets),
+                 *(lg.image for lg in self.logins)}
+        imgs = [self.image_named(n) for n in names]
+        found = [img.slurm for img in imgs if img is not None and img.source == "ctk/image" and "slurm" in img.roles]
+        releases = [r for r in found if r is not None]
+        return min(releases) if releases else None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

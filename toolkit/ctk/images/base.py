@@ -11,7 +11,9 @@ import glob
 import hashlib
 import json
 import os
+import re
 import shutil
+import subprocess
 import time
 
 from ..errors import UserError
@@ -36,6 +38,19 @@ def mirror() -> str:
             if line.startswith("URIs:") and "security" not in line:
                 return line.split()[1]
     return "http://deb.debian.org/debian"
+
+
+def apt_checks_valid_until() -> bool:
+    """Whether this machine's apt refuses Release files past their Valid-Until date. A machine
+    whose packages come through a mirror of a frozen archive turns the check off
+    (Acquire::Check-Valid-Until "false"): the suites a build adds for its nodes (slurm_release's)
+    then do the same, or apt refuses them as expired."""
+    try:
+        out = subprocess.run(["apt-config", "dump", "Acquire::Check-Valid-Until"], capture_output=True,
+                             text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return True
+    return not re.search(r'^Acquire::Check-Valid-Until "(false|no|0)";', out, re.M | re.I)
 
 
 def bootstrapper() -> str:

@@ -33,7 +33,7 @@ from ..stacks.lock import uv_bin
 from ..stacks.rolevars import role_variables
 from . import buildnode, overlay, packer
 from .accounts import renumber
-from .base import chosen_base_key, ensure_base
+from .base import apt_checks_valid_until, chosen_base_key, ensure_base
 from .store import Store
 
 LAYER_VERSION = 2  # bump when the way layers are built changes
@@ -92,6 +92,8 @@ def plan_layers(spec: ImageSpec, base_key: str, stack: Stack) -> list[LayerPlan]
         if not os.path.isdir(role_dir):
             raise UserError(f"image '{spec.name}': no Ansible role '{role}' (looked in {role_dir})")
         variables = role_variables(spec, role, stack, lock)
+        if variables.get("slurm_release") and not apt_checks_valid_until():
+            variables["slurm_apt_check_valid_until"] = False  # as this machine's apt (images.base)
         # The common role's bootstrap runs in every layer's play, so its files shape them all.
         digest = _files_digest([role_dir, playbook, os.path.join(paths.ansible_dir(), "roles", "common", "tasks")])
         desc = {"parent": parent, "role": role, "files": digest, "vars": variables, "version": LAYER_VERSION}

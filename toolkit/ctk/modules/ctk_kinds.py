@@ -35,6 +35,8 @@ IMAGE = ModuleKind(
         _in("pyxis", "object", None, "With the pyxis role, where the nodes lack NVIDIA's enroot or pyxis: the "
             "files to install, each {url, sha256}: {enroot_packages: [the enroot and enroot+caps .debs], source: "
             "pyxis's release tarball}; null: the nodes have them (slurm-gcp's images)."),
+        _in("slurm_release", "string", None, "The image's Slurm release when not its base's own: \"26.05\" on "
+            "debian-13 (Debian forky's packages, pinned to Slurm's own); null: the base's (debian-13: 24.11)."),
     ),
     outputs=(Output("image", "The image name, for an `image` input."),),
 )

@@ -65,6 +65,7 @@ def plan(exp: Expanded, c: Collector, stacks: dict[str, Stack] | None = None) ->
         _images.on_slurm_gcp_images(exp, dep, c)
     _images.unique_names(exp, dep, c)
     _images.roles_and_pyxis(exp, dep, c)
+    _images.slurm_releases(exp, dep, c)
     _images.pick_stacks(exp, dep, c, stacks)
     _images.accelerator_rules(exp, dep, c, stacks)
     if dep.controller is None and (dep.partitions or dep.nodesets):

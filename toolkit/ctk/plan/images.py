@@ -15,12 +15,15 @@ from ..blueprint.expand import setting_pos as setting_pos
 from ..blueprint.expression import is_deferred
 from ..model import (
     BASE_PYTHON,
+    BASES,
     CONTAINER_IMAGE,
     CONTAINER_ROLES,
     DEFAULT_BASE,
+    SLURM_ARCHIVES,
     Deployment,
     ImageSpec,
     base_python,
+    slurm_text,
 )
 from ..modules import slurm_gcp
 from ..modules.machines import (
@@ -60,7 +63,8 @@ def image(em: ExpandedModule, exp: Expanded) -> ImageSpec:
                          stack=str_of(em.get("stack"), "") or "",  # "": chosen by stacks
                          extra_playbooks=list(em.get("extra_playbooks") or []), source=em.module.source,
                          transformer_engine=str_of(em.get("transformer_engine")),
-                         pyxis=dict(em.get("pyxis") or {}) if isinstance(em.get("pyxis"), dict) else {})
+                         pyxis=dict(em.get("pyxis") or {}) if isinstance(em.get("pyxis"), dict) else {},
+                         slurm_release=_own_release_is_none(str_of(em.get("slurm_release"), "") or "", base))
     src_img = " ".join(str(x) for x in (em.get("source_image"), em.get("source_image_family"))
                        if x and not is_deferred(x))
     base = DEFAULT_BASE
@@ -298,6 +302,55 @@ def _known_roles() -> list[str]:
 
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def _own_release_is_none(release: str, base: str) -> str:
+    """The base's own release asked for by name is the base's own: "" (the same layers)."""
+    b = BASES.get(base)
+    return "" if b and release == b.slurm_release else release
+
+
+def slurm_releases(exp: Expanded, dep: Deployment, c: Collector) -> None:
+    """An image's slurm_release is one ctk can install on its base (SLURM_ARCHIVES), on an image
+    with the slurm role; and a cluster's node images run one Slurm release."""
+    for img in dep.images:
+        if img.source != "ctk/image" or not img.slurm_release:
+            continue
+        em = module_of(exp, img.module_id)
+        pos = setting_pos(exp, em, "slurm_release")
+        own = BASES[img.base].slurm_release if img.base in BASES else None
+        offered = [f"{own} (the base's)"] if own else []
+        offered += [f"{r} (Debian {suites[img.base]}'s)" for r, suites in SLURM_ARCHIVES.items() if img.base in suites]
+        if not re.fullmatch(r"\d\d\.\d\d", img.slurm_release):
+            c.add(f"image '{img.name}': slurm_release {img.slurm_release!r} is not a Slurm release", pos,
+                  f"a release as Slurm spells it, e.g. \"26.05\"; base {img.base} offers: {', '.join(offered) or 'none'}")
+        elif img.base not in SLURM_ARCHIVES.get(img.slurm_release, {}):
+            bases = sorted(SLURM_ARCHIVES.get(img.slurm_release, {}))
+            c.add(f"image '{img.name}': ctk has no Slurm {img.slurm_release} for base {img.base}", pos,
+                  f"base {img.base} offers: {', '.join(offered) or 'its own only'}"
+                  + (f"; Slurm {img.slurm_release} is on base {', '.join(bases)}" if bases else ""))
+        elif "slurm" not in img.roles:
+            c.add(f"image '{img.name}': slurm_release is for the slurm role, which is not in its roles", pos,
+                  "add slurm to roles, or leave slurm_release out")
+    _one_release(exp, dep, c)
+
+
+def _one_release(exp: Expanded, dep: Deployment, c: Collector) -> None:
+    """The nodes' images of one cluster run one Slurm release (slurmctld, slurmd and the clients
+    of different releases work together only in an upgrade's order: `ctk deploy` of a new image)."""
+    used = {dep.controller.image if dep.controller else None, *(ns.image for ns in dep.nodesets),
+            *(lg.image for lg in dep.logins)}
+    imgs = [(i, i.slurm) for i in dep.images if i.source == "ctk/image" and "slurm" in i.roles and i.slurm
+            and (i.name in used or (len(dep.images) == 1 and None in used))]
+    for img, release in imgs[1:]:
+        first, first_release = imgs[0]
+        if release is not None and first_release is not None and release != first_release:
+            em = module_of(exp, img.module_id)
+            where = "slurm_release" if "slurm_release" in em.explicit else "base"
+            c.add(f"image '{img.name}' has Slurm {slurm_text(release)}, image '{first.name}' "
+                  f"Slurm {slurm_text(first_release)}: the nodes of one cluster run one Slurm release",
+                  setting_pos(exp, em, where), "give every node image the same slurm_release (and base)")
+            return
 
 
 def roles_and_pyxis(exp: Expanded, dep: Deployment, c: Collector) -> None:

@@ -21,6 +21,7 @@ from ..model import (
     Partition,
     SharedFs,
     Unsupported,
+    slurm_text,
 )
 from ..modules import is_remote
 from ..modules.ctk_kinds import (
@@ -172,15 +173,14 @@ def check_slurm_auth(em: ExpandedModule, dep: Deployment, c: Collector, doc) -> 
     used = {dep.controller.image if dep.controller else None, *(ns.image for ns in dep.nodesets),
             *(lg.image for lg in dep.logins)}
     for img in dep.images:
-        base = BASES.get(img.base)
-        if img.source != "ctk/image" or base is None or base.slurm >= (23, 11):
+        if img.source != "ctk/image" or img.slurm is None or img.slurm >= (23, 11):
             continue
         if img.name in used or (len(dep.images) == 1 and None in used):
             where = (em.module.path + ("settings", "enable_slurm_auth") if "enable_slurm_auth" in em.explicit
                      else ("vars", "enable_slurm_auth"))
             newer = [b.name for b in BASES.values() if b.slurm >= (23, 11) and b.name.startswith("debian")]
             c.add(f"enable_slurm_auth needs Slurm >= 23.11 (auth/slurm) on every node; image '{img.name}' "
-                  f"(base {img.base}) has Slurm {base.slurm_release}", doc.pos(where),
+                  f"(base {img.base}) has Slurm {slurm_text(img.slurm)}", doc.pos(where),
                   f"build the image on base {newer[0] if newer else 'debian-13'}, or leave auth to munge")
             return
 

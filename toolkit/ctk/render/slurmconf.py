@@ -766,9 +766,14 @@ def render_cgroup_conf(dep: Deployment, *, layout: NodeLayout | None = None) -> 
     task/cgroup).  The local layout uses neither plugin, but slurmd 22.05 still loads
     the cgroup plugin at start: ``autodetect`` picks v1 on legacy/hybrid hosts and v2 on
     unified ones, and IgnoreSystemd=yes keeps cgroup/v2 from asking systemd over D-Bus
-    (there is no systemd in a container).  Nothing is constrained.
+    (there is no systemd in a container).  Nothing is constrained.  From Slurm 26.05, which
+    resets its own memory limit through the plugin at start (an error where /sys/fs/cgroup is
+    read-only, as in a lab node), the local layout turns the plugin off: CgroupPlugin=disabled
+    (Slurm 23.02+).
     """
-    lines = [_header(dep), "CgroupPlugin=autodetect"]
+    release = dep.slurm()
+    off = layout is not None and release is not None and release >= (26, 5)
+    lines = [_header(dep), f"CgroupPlugin={'disabled' if off else 'autodetect'}"]
     if layout is None:
         lines += ["ConstrainCores=yes", "ConstrainRAMSpace=yes", "ConstrainDevices=yes"]
     else:

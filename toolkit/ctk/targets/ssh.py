@@ -59,7 +59,7 @@ from ..render.slurmconf import (
 from ..runner import CommandError, run
 from ..sandbox.daemons import DaemonError, ensure_munge_key, ensure_munged, stop_munged
 from ..stacks import current_lock, get_stack, jax_role_vars
-from ..stacks.rolevars import pyxis_vars
+from ..stacks.rolevars import pyxis_vars, slurm_release_vars
 from .base import (
     SINFO_PARTITIONS,
     DeployOutcome,
@@ -217,6 +217,8 @@ def inventory(dep: Deployment, sdir: str) -> dict:
             hv["slurm_node_name"] = h.name
         if "pyxis" in img.roles:
             hv.update(pyxis_vars(img))
+        if "slurm" in img.roles:
+            hv.update(slurm_release_vars(img))  # the role checks the host is a Debian that can take it
         if "jax" in img.roles:
             # A host keeps its own OS, so its Python is known only there: the role picks the
             # lock for the interpreter it finds among all of the stack's.
