@@ -56,15 +56,21 @@ def test_lab_image_builds_and_verifies(lab_build):
     assert all(secs >= 0 for secs in slowest.values())
 
 
-def test_debian_13_image_builds_and_verifies(slurm_image, lab_build, state):
-    """Base debian-13 (Slurm 24.11, Python 3.13) with roles common, munge and slurm, verified in a
-    node booted from it: its release, packages, munge -n | unmunge, slurmd -C, and slurmctld,
-    slurmd and the clients of Slurm 24.11. (Its three layers are the lab image's lowest ones,
-    same keys: test_roles_are_idempotent_on_the_built_image applies those roles again.)"""
-    name = slurm_image("debian-13")
+@pytest.mark.parametrize("release", ["debian-13", "debian-13@26.05"])
+def test_debian_13_image_builds_and_verifies(slurm_image, lab_build, state, release):
+    """Base debian-13 (Python 3.13) with roles common, munge and slurm, its own Slurm 24.11 or
+    forky's 26.05 (slurm_release), verified in a node booted from it: its release, packages,
+    munge -n | unmunge, slurmd -C, slurmctld, slurmd and the clients, and for 26.05 that nothing
+    but Slurm's packages came from forky. (Its layers are the lab image's lowest ones, same
+    keys: test_roles_are_idempotent_on_the_built_image applies those roles again.)"""
+    name = slurm_image(release)
     store = Store(state)
     assert store.image(name)["spec"]["base"] == "debian-13"
-    assert store.image(name)["layers"] == store.image("lab")["layers"][:4]  # base, common, munge, slurm
+    lab = store.image("lab")["layers"]
+    if release.endswith("@26.05"):  # the lab's Slurm
+        assert store.image(name)["layers"] == lab[:4]  # base, common, munge, slurm
+    else:
+        assert store.image(name)["layers"][:3] == lab[:3] and store.image(name)["layers"][3] != lab[3]
     v = verify_image(name, store, Progress(quiet=True))
     assert v.passed > 0 and v.skipped == 2 and not v.cached, v.summary  # only the JAX and CUDA checks: no jax role
     assert store.verified(name)["layers"] == store.image(name)["layers"]  # the pass is on record

@@ -857,12 +857,17 @@ def test_deploys_killed_at_random_moments_each_then_deployed_again_leave_one_nod
     try:
         r = lab.ctk(*argv[3:], timeout=300)
         assert r.returncode == 0, r.stderr[-3000:]
-        # how long a deploy like the killed ones (every node to boot, the lab's data there) takes
-        assert lab.ctk("destroy", path).returncode == 0
-        t0 = time.monotonic()
-        r = lab.ctk(*argv[3:], timeout=300)
-        assert r.returncode == 0, r.stderr[-3000:]
-        window = time.monotonic() - t0
+        # how long a deploy like the killed ones (every node to boot, the lab's data there) takes:
+        # the shorter of two (one slowed by a build beside it drew moments past the end of the
+        # next ones: 4 of 10 landed once), and the kills fall in its first 80 %
+        durations = []
+        for _ in range(2):
+            assert lab.ctk("destroy", path).returncode == 0
+            t0 = time.monotonic()
+            r = lab.ctk(*argv[3:], timeout=300)
+            assert r.returncode == 0, r.stderr[-3000:]
+            durations.append(time.monotonic() - t0)
+        window = 0.8 * min(durations)
         moments: list[float] = []
         landed: list[bool] = []
         for i in range(10):
@@ -890,7 +895,7 @@ def test_deploys_killed_at_random_moments_each_then_deployed_again_leave_one_nod
             assert counts == dict.fromkeys(names, 2), (seed, moments, counts)
             rc, st = lab.status()
             assert rc == 0 and st["accounting"] == "up", (seed, moments, st)
-        print(f"killed at {moments} s of a {window:.1f} s deploy (CTK_KILL_SEED={seed}); "
+        print(f"killed at {moments} s of a {min(durations):.1f} s deploy (CTK_KILL_SEED={seed}); "
               f"{sum(landed)} of them while it ran")
         # only a kill that lands while the deploy runs tests anything: most of them must
         assert sum(landed) >= 5, (seed, moments, landed)

@@ -121,7 +121,7 @@ def test_kill_during_create_leaves_old_or_new_never_half(tmp_path):
 
 
 def test_show_lists_container_images_apart_from_node_images(tmp_path, capsys):
-    text = open(LAB).read().replace("      stack: jax-cpu\n", "      stack: jax-cpu\n\n  - id: jax_container\n"
+    text = open(LAB).read().replace('      slurm_release: "26.05"\n', '      slurm_release: "26.05"\n\n  - id: jax_container\n'
                                     "    source: ctk/container-image\n    settings:\n      name: jax-cpu\n", 1)
     bp = tmp_path / "lab-containers.yaml"
     bp.write_text(text)

@@ -16,7 +16,8 @@ from ctk.render.slurmconf import NodeLayout, render_cgroup_conf
 from ctk.stacks import get_stack
 from ctk.stacks.rolevars import role_variables
 
-LAB = open(os.path.join(paths.BLUEPRINTS, "lab.yaml")).read()
+# the lab without its slurm_release: the base's own Slurm (24.11)
+LAB = open(os.path.join(paths.BLUEPRINTS, "lab.yaml")).read().replace('      slurm_release: "26.05"\n', "", 1)
 IMAGE = "      roles: [common, munge, slurm, jax]\n      stack: jax-cpu\n"
 
 
