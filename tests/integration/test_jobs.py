@@ -444,3 +444,69 @@ def test_sstat_sacct_and_efficiency_report_what_a_job_used(lab, tmp_path):
     assert 0 < eff["cpu_efficiency"] <= 1 and 0.07 < eff["mem_efficiency"] < 1
     text = lab.ctk("job", "efficiency", job, "--deployment", lab.path).stdout
     assert text.startswith(f"Job {job} (wrap): COMPLETED, exit code 0:0\n") and "Memory efficiency: " in text
+
+
+# ---- Slurm's REST API (slurmrestd, JWT) ------------------------------------------------------
+
+# Run in the login node, as the lab's user: a token from `scontrol token`, then the node listing
+# from slurmrestd at the controller's address (Python's own HTTP client, as a script would).
+REST_FROM_LOGIN = """
+import json, subprocess, sys, urllib.request
+out = subprocess.run(["scontrol", "token", "lifespan=300"], capture_output=True, text=True, check=True).stdout
+token = out.strip().split("=", 1)[1]
+req = urllib.request.Request(sys.argv[1] + "/slurm/v0.0.45/nodes/",
+                             headers={"X-SLURM-USER-NAME": "researcher", "X-SLURM-USER-TOKEN": token})
+print(json.dumps(sorted(n["name"] for n in json.load(urllib.request.urlopen(req, timeout=30))["nodes"])))
+"""
+
+
+def test_slurmrestd_answers_with_a_jwt_from_the_login_node_and_this_machine(lab):
+    import urllib.error
+    import urllib.request
+
+    _, st = lab.status()
+    url = st["rest_url"]
+    assert st["rest"] == "up" and url.endswith(":6820"), st
+    login = next(x["name"] for x in st["nodes"] if x["role"] == "login")
+    r = subprocess.run([sys.executable, "-m", "ctk", "exec", "--user", LAB_USER, lab.path, login, "--",
+                        "python3", "-c", REST_FROM_LOGIN, url], capture_output=True, text=True, env=lab.env, timeout=60)
+    assert r.returncode == 0, r.stderr[-2000:]
+    computes = sorted(x["name"] for x in st["nodes"] if x["role"] == "compute")
+    assert json.loads(r.stdout) == computes
+    # without a token, or with a forged one: refused
+    try:
+        urllib.request.urlopen(url + "/slurm/v0.0.45/nodes/", timeout=30)
+        raise AssertionError("slurmrestd answered without a token")
+    except urllib.error.HTTPError as e:
+        assert e.code == 401
+    token = lab.slurm("scontrol", "token", f"username={LAB_USER}", "lifespan=300").stdout.strip().split("=", 1)[1]
+    head, body, _sig = token.split(".")
+    # the user's token with a forged signature, and the user's own token for root: refused
+    # (slurmctld checks the signature and the name; slurmrestd answers 511)
+    for name, tok in (("root", f"{head}.{body}.AAAA"), ("root", token)):
+        req = urllib.request.Request(url + "/slurm/v0.0.45/nodes/",
+                                     headers={"X-SLURM-USER-NAME": name, "X-SLURM-USER-TOKEN": tok})
+        try:
+            urllib.request.urlopen(req, timeout=30)
+            raise AssertionError(f"slurmrestd took {tok[-8:]} for {name}")
+        except urllib.error.HTTPError as e:
+            assert e.code in (401, 403, 511), e.code
+    # from this machine: the OpenAPI document, then a job submitted through it that runs
+    hdrs = {"X-SLURM-USER-NAME": LAB_USER, "X-SLURM-USER-TOKEN": token}
+    doc = json.load(urllib.request.urlopen(urllib.request.Request(url + "/openapi/v3", headers=hdrs), timeout=30))
+    assert "/slurm/v0.0.45/job/submit" in doc["paths"] and doc["info"]["x-slurm"]["release"].startswith("26.05.")
+    job = {"job": {"script": "#!/bin/sh\nhostname\nsleep 5\n", "name": "rest-job", "partition": "debug",
+                   "current_working_directory": USER_HOME, "environment": ["PATH=/usr/bin:/bin"],
+                   "standard_output": f"{USER_HOME}/rest-%j.out"}}
+    req = urllib.request.Request(url + "/slurm/v0.0.45/job/submit", data=json.dumps(job).encode(), method="POST",
+                                 headers={**hdrs, "Content-Type": "application/json"})
+    got = json.load(urllib.request.urlopen(req, timeout=30))
+    assert got["errors"] == [] and got["job_id"] > 0, got
+    jid = str(got["job_id"])
+    row = lab.slurm("squeue", "-h", "-j", jid, "-o", "%u %j %T").stdout.split()
+    assert row[:2] == [LAB_USER, "rest-job"] and row[2] in ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING"), row
+    until(lambda: lab.slurm("squeue", "-h", "-j", jid, check=False).stdout.strip() == "", 120,
+          "the REST job's end")
+    out = os.path.join(user_home(lab.path), f"rest-{jid}.out")
+    assert open(out).read().strip() in computes
+    assert lab.slurm("sacct", "-n", "-X", "-j", jid, "-o", "State").stdout.split() == ["COMPLETED"]

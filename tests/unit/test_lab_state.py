@@ -14,7 +14,8 @@ NODE = {"name": "lab-0", "role": "compute", "addr": "198.18.4.2", "port": 6818, 
 def test_a_finished_deploys_state_is_written_as_before(tmp_path):
     """The keys, their order and the indent a finished deploy wrote before LabState."""
     before = {"n": 3, "deployment": "lab", "nodes": [NODE], "notes": ["capped"], "max_nodes": 4, "complete": True,
-              "accounting": True, "cluster": "lab", "agent": True, "user": "researcher"}
+              "accounting": True, "cluster": "lab", "agent": True, "user": "researcher",
+              "rest": "http://198.18.3.1:6820"}
     (tmp_path / "lab").mkdir()
     save_state(str(tmp_path), LabState.from_dict(before))
     assert (tmp_path / "lab" / "state.json").read_text() == json.dumps(before, indent=1) + "\n"

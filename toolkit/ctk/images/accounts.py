@@ -19,7 +19,7 @@ from ..model import SERVICE_IDS
 # Static numbers for the accounts ctk's roles make, so that the same account has the same number
 # in every image (the slurm role creates its user with slurm_uid = this number).
 FIXED = {"munge": 1_900_100, "slurm": 1_900_101, "mysql": 1_900_102, "sshd": 1_900_103,
-         "systemd-network": 1_900_104, "messagebus": 1_900_105, "_chrony": 1_900_106}
+         "systemd-network": 1_900_104, "messagebus": 1_900_105, "_chrony": 1_900_106, "slurmrestd": 1_900_107}
 DYNAMIC = range(100, 65534)  # what Debian and packages give out (65534 is nobody / nogroup)
 STATIC_GROUPS = {"users"}  # Debian's base-passwd fixes users at 100
 

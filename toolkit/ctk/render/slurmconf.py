@@ -93,6 +93,9 @@ class NodeLayout:
     # JobCompLoc of a jobcomp/filetxt log (one line per finished job), for clusters without
     # an accounting database; None: no job completion log.
     job_comp_loc: str | None = None
+    # auth/jwt's key on the controller (AuthAltTypes=auth/jwt): slurmctld then takes the JSON Web
+    # Tokens that `scontrol token` issues, which slurmrestd's clients send; None: no tokens.
+    jwt_key: str | None = None
     slurmd_timeout: int = 300  # seconds before slurmctld marks a silent node DOWN
     # slurmdbd's address and port: AccountingStorageType=accounting_storage/slurmdbd (the
     # munge socket above also authenticates to it); None: no accounting.
@@ -360,6 +363,8 @@ def _identity_params(dep: Deployment, layout: NodeLayout | None) -> Params:
         if layout is not None and layout.munge_socket:
             identity.append(("AuthInfo", f"socket={layout.munge_socket}"))
         identity.append(("CredType", "cred/munge"))
+    if layout is not None and layout.jwt_key:
+        identity += [("AuthAltTypes", "auth/jwt"), ("AuthAltParameters", f"jwt_key={layout.jwt_key}")]
     if layout is not None and layout.bind_own_address:
         identity.append(("CommunicationParameters", "NoCtldInAddrAny,NoInAddrAny"))
     return identity

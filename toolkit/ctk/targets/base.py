@@ -96,6 +96,9 @@ class Status:
     # Slurm's accounting: "up" (slurmdbd answers and holds the cluster: sacct works), "down",
     # or None where the deployment keeps none.
     accounting: str | None = None
+    # Slurm's REST API (slurmrestd, JWT tokens): its URL, and "up" (it answers) or "down"
+    rest_url: str | None = None
+    rest: str | None = None
     # The lab's agent (it powers dynamic nodes up and down): "up", "down", or None where the
     # lab has none; what it did last, and its chaos settings.
     agent: str | None = None
@@ -105,7 +108,7 @@ class Status:
     def healthy(self) -> bool:
         return (not self.interrupted and self.controller_reachable and bool(self.nodes)
                 and all(x.running or x.power in ("off", "powering-up", "powering-down") for x in self.nodes)
-                and self.accounting != "down" and self.agent != "down")
+                and self.accounting != "down" and self.agent != "down" and self.rest != "down")
 
     def to_dict(self) -> dict:
         def clean(d: dict) -> dict:
@@ -157,6 +160,11 @@ class Status:
                 lines.append(f"  {ev.get('time', '')}  {ev.get('event', '')} {ev.get('node', '')}"
                              + "".join(f" {k}={v}" for k, v in sorted(ev.items())
                                        if k not in ("time", "epoch", "event", "node")))
+        if self.rest_url:
+            lines += ["", f"REST API (slurmrestd): {self.rest_url} " + ("up" if self.rest == "up" else "DOWN")
+                      + f", from this machine and the nodes; a token: `scontrol token` as the user "
+                      "(its SLURM_JWT=... goes in the X-SLURM-USER-TOKEN header, the user in X-SLURM-USER-NAME); "
+                      f"its OpenAPI document: {self.rest_url}/openapi/v3"]
         if self.slurm_client:
             home = os.path.join(folder, "lab", "home", self.lab_user or "")
             who = f" as {self.lab_user} (home: {home})" if self.lab_user else ""

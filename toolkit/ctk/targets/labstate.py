@@ -78,6 +78,7 @@ class LabState:
     cluster: str = ""  # Slurm's ClusterName
     agent: bool = False  # the lab runs its agent (targets/labagent.py)
     user: str | None = None  # the lab's ordinary user; None in a state written before it booted
+    rest: str | None = None  # slurmrestd's URL (the controller's address); None: no REST API
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> LabState:

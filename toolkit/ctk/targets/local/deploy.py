@@ -49,6 +49,8 @@ from .plan import (
     accounting,
     check_memory,
     plan_lab,
+    rest,
+    rest_url,
 )
 from .ready import wait_accounting, wait_nodes
 
@@ -182,7 +184,7 @@ def _prepare(plan: LabPlan, dep: Deployment, ldir: str, held: dict | None, lower
         if not os.path.islink(link):
             os.symlink("/dev/null", link)
     acct = accounting(plan)
-    cluster_secrets(ldir, plan.dep.controller is not None and plan.dep.controller.slurm_auth, acct)
+    cluster_secrets(ldir, plan.dep.controller is not None and plan.dep.controller.slurm_auth, acct, rest(plan))
     if acct:
         atomic.write_if_changed(os.path.join(ldir, "secrets", "slurmdbd.conf"), slurmdbd_conf(plan, ldir), 0o600)
     return ident
@@ -293,7 +295,8 @@ def _bring_up(dep: Deployment, deployment_dir: str, plan: LabPlan, old: LabState
         stop_agent(deployment_dir)
     save_state(deployment_dir, LabState(n=n, deployment=dep.deployment_name, nodes=run.records, notes=plan.notes,
                                         max_nodes=max_nodes, complete=True, accounting=acct,
-                                        cluster=dep.slurm_cluster_name, agent=plan.needs_agent, user=dep.settings_of(LabSettings).user))
+                                        cluster=dep.slurm_cluster_name, agent=plan.needs_agent,
+                                        user=dep.settings_of(LabSettings).user, rest=rest_url(plan)))
     wait_nodes(deployment_dir, plan, ready_timeout, progress)
     if acct:
         wait_accounting(deployment_dir, plan, ready_timeout, progress)

@@ -36,15 +36,18 @@ from .plan import (
     DBD_DIR_IN_NODE,
     DBD_PORT_SLOT,
     GPU_DIR_IN_NODE,
+    JWT_KEY_IN_NODE,
     MUNGE_KEY_IN_NODE,
     POWER_DIR_IN_NODE,
     READY_SCRIPT,
+    REST_PORT,
     RESUME_SCRIPT,
     SLURM_KEY_IN_NODE,
     SUSPEND_SCRIPT,
     LabPlan,
     accounting,
     layout,
+    rest,
 )
 
 
@@ -203,6 +206,15 @@ def node_spec(plan: LabPlan, x: LabNode, ldir: str, lowerdirs: list[str],
                      {"path": "mysqld", "mode": "0755", "owner": "root"}]
     if x.role == "controller":
         services.append(nodes.Service("slurmctld", ["/usr/sbin/slurmctld", "-D", "-i"], env=env))
+        if rest(plan):  # the REST API: its clients' tokens go to slurmctld, which checks them with the key
+            run_files[JWT_KEY_IN_NODE] = {"src": os.path.join(ldir, "secrets", "jwt_hs256.key"), "mode": "0400",
+                                          "owner": "root"}
+            if not any(d["path"] == "ctk" for d in run_dirs):
+                run_dirs.append({"path": "ctk", "mode": "0755", "owner": "root"})
+            services.append(nodes.Service(
+                "slurmrestd", ["/usr/sbin/slurmrestd", "-a", "rest_auth/jwt", "-s", "openapi/slurmctld",
+                               "-u", "slurmrestd", "-g", "slurmrestd", f"{x.addr}:{REST_PORT}"],
+                env={**env, "SLURM_JWT": "daemon"}, ready=f"tcp:{x.addr}:{REST_PORT}", ready_timeout=60))
     elif x.role == "compute":
         services.append(nodes.Service("slurmd", ["/usr/sbin/slurmd", "-D", "-N", x.name], env=env))
     if x.role == "login":  # sshd on the node's own address and port: ctk job --host reaches it
@@ -284,11 +296,14 @@ def spec_hash(spec: nodes.NodeSpec, conf_files: dict[str, str]) -> str:
     return hashlib.sha256(json.dumps([d, conf_files.get("etc/hosts")], sort_keys=True).encode()).hexdigest()[:16]
 
 
-def cluster_secrets(ldir: str, slurm_auth: bool, acct: bool) -> None:
+def cluster_secrets(ldir: str, slurm_auth: bool, acct: bool, jwt: bool = False) -> None:
     """The cluster's secret: munge.key, or auth/slurm's slurm.key (1024 random bytes, 0400 in
-    secrets/, 0700; never in an image, never printed); and with accounting the database
-    password (0400), made once."""
+    secrets/, 0700; never in an image, never printed); with accounting the database password
+    (0400); with the REST API auth/jwt's key (64 random bytes: whoever holds it can make a token
+    for any user, root included, so only the controller's slurmctld reads it). Each made once."""
     ensure_munge_key(os.path.join(ldir, "secrets", "slurm.key" if slurm_auth else "munge.key"))
     if acct:
         ensure_secret(os.path.join(ldir, "secrets", "mariadb.password"), lambda: secrets.token_hex(24).encode())
+    if jwt:
+        ensure_secret(os.path.join(ldir, "secrets", "jwt_hs256.key"), lambda: secrets.token_bytes(64))
 

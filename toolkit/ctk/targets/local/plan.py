@@ -20,6 +20,8 @@ DEFAULT_IMAGE = ImageSpec(name="ctk-local", module_id="", base=DEFAULT_BASE,
 GPU_DIR_IN_NODE = "/etc/ctk-gpus"
 MUNGE_KEY_IN_NODE = "ctk/munge.key"  # under /run (tmpfs)
 SLURM_KEY_IN_NODE = "ctk/slurm.key"  # auth/slurm's key, under /run (tmpfs)
+JWT_KEY_IN_NODE = "ctk/jwt_hs256.key"  # auth/jwt's key (the controller's only), under /run (tmpfs)
+REST_PORT = 6820  # slurmrestd, on the controller's address (Slurm's own default port)
 SLURMD_TIMEOUT = 15  # a lab node that stops answering is DOWN (and its jobs requeued) within ~20 s
 JOBCOMP_IN_NODE = "/var/spool/slurmctld/jobcomp.log"
 # Accounting on the controller: MariaDB on its loopback (nothing outside the node reaches it),
@@ -195,6 +197,18 @@ def accounting(plan: LabPlan) -> bool:
             and "slurm" in images[plan.controller.image].roles)
 
 
+def rest(plan: LabPlan) -> bool:
+    """Whether the lab's controller runs slurmrestd (Slurm's REST API, JWT tokens): where its
+    image has the slurm role of Slurm 24.11 or later (the releases ctk tests it on)."""
+    images = {img.name: img for img in plan.images}
+    img = images.get(plan.controller.image)
+    return img is not None and "slurm" in img.roles and img.slurm is not None and img.slurm >= (24, 11)
+
+
+def rest_url(plan: LabPlan) -> str | None:
+    return f"http://{plan.controller.addr}:{REST_PORT}" if rest(plan) else None
+
+
 def layout(plan: LabPlan) -> NodeLayout:
     """Where the lab's Slurm daemons listen and keep their files, as slurm.conf says it."""
     computes = [x for x in plan.nodes if x.role == "compute"]
@@ -210,6 +224,7 @@ def layout(plan: LabPlan) -> NodeLayout:
         bind_own_address=True,  # every daemon, and srun, binds its node's address
         slurmdbd_addr=plan.controller.name if acct else None,
         slurmdbd_port=leases.port(plan.n, DBD_PORT_SLOT) if acct else None,
+        jwt_key=f"/run/{JWT_KEY_IN_NODE}" if rest(plan) else None,
         task_prolog=JAX_TASK_PROLOG if all(images[x.image].python for x in computes) else None,
         health_check=HEALTH_CHECK,
         # A wave of short jobs on the lab's few small nodes starts as soon as the last one

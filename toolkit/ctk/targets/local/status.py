@@ -92,4 +92,18 @@ def status_local(deployment_dir: str) -> Status:
     return Status(deployment=state.deployment, target="local", controller_reachable=bool(slurm_states),
                   nodes=out_nodes, partitions=parse_partitions(parts) if parts is not None else [],
                   notes=state.notes, slurm_client=client_node(state.nodes), lab_user=state.user,
-                  interrupted=not state.complete, accounting=acct, agent=agent, events=events)
+                  interrupted=not state.complete, accounting=acct, agent=agent, events=events,
+                  rest_url=state.rest, rest=(("up" if answers(state.rest) else "down") if state.rest else None))
+
+
+def answers(url: str, timeout: float = 2.0) -> bool:
+    """Whether something accepts a connection at URL's address and port (slurmrestd)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    try:
+        with socket.create_connection((parts.hostname or "", parts.port or 80), timeout=timeout):
+            return True
+    except OSError:
+        return False
