@@ -510,3 +510,33 @@ def test_slurmrestd_answers_with_a_jwt_from_the_login_node_and_this_machine(lab)
     out = os.path.join(user_home(lab.path), f"rest-{jid}.out")
     assert open(out).read().strip() in computes
     assert lab.slurm("sacct", "-n", "-X", "-j", jid, "-o", "State").stdout.split() == ["COMPLETED"]
+
+
+def test_slurmctlds_openmetrics_count_the_running_jobs(lab):
+    """Slurm 26.05's metrics/openmetrics on slurmctld's own port (what Prometheus scrapes): the
+    running jobs' count while two run, and the nodes, with no token (it serves counts only)."""
+    import urllib.request
+
+    conf = open(os.path.join(lab.path, "lab", "etc", "slurm", "slurm.conf")).read()
+    assert "MetricsType=metrics/openmetrics\n" in conf
+    host = re.search(r"^SlurmctldHost=\S+\((\S+)\)$", conf, re.M).group(1)
+    port = re.search(r"^SlurmctldPort=(\d+)$", conf, re.M).group(1)
+
+    def metric(path: str, name: str) -> dict[str, float]:
+        text = urllib.request.urlopen(f"http://{host}:{port}/metrics/{path}", timeout=30).read().decode()
+        return {ln.split()[0]: float(ln.split()[1]) for ln in text.splitlines()
+                if ln.startswith(name) and not ln.startswith("#")}
+
+    before = metric("jobs", "slurm_jobs_running")["slurm_jobs_running"]
+    jobs = [lab.slurm("sbatch", "--parsable", "-N1", "-p", "debug", "-o", "/dev/null", "--wrap", "sleep 60").stdout.strip()
+            for _ in range(2)]
+    try:
+        until(lambda: len(lab.slurm("squeue", "-h", "-t", "R", "-j", ",".join(jobs), "-o", "%i").stdout.split()) == 2,
+              60, "both jobs running")
+        running = lab.slurm("squeue", "-h", "-t", "R", "-o", "%i").stdout.split()
+        assert metric("jobs", "slurm_jobs_running")["slurm_jobs_running"] == len(running) == before + 2
+        nodes = metric("nodes", "slurm_node_cpus{")
+        assert set(nodes) == {f'slurm_node_cpus{{node="{n}"}}' for n in
+                              lab.slurm("sinfo", "-h", "-N", "-o", "%N").stdout.split()}
+    finally:
+        lab.slurm("scancel", *jobs, check=False)

@@ -117,3 +117,12 @@ def test_the_labs_cgroup_conf_turns_the_plugin_off_from_26_05(tmp_path):
     assert "CgroupPlugin=disabled\n" in render_cgroup_conf(new, layout=layout)
     # production nodes keep their cgroups, whatever the release
     assert "CgroupPlugin=autodetect\nConstrainCores=yes" in render_cgroup_conf(new)
+
+
+def test_slurmctlds_openmetrics_are_on_from_25_11(tmp_path):
+    from ctk.render.slurmconf import render_slurm_conf
+
+    old = process(lab(tmp_path, "")).deployment
+    new = process(lab(tmp_path, '      slurm_release: "26.05"\n')).deployment
+    assert "MetricsType=metrics/openmetrics" in render_slurm_conf(new).splitlines()
+    assert "MetricsType" not in render_slurm_conf(old)  # 24.11 has no such plugin

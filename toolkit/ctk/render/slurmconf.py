@@ -329,7 +329,16 @@ def _node_params(ns: Nodeset) -> Params:
 def _base_params(dep: Deployment, layout: NodeLayout | None, has_gpus: bool) -> list[Params]:
     """The global part of slurm.conf, as sections of (key, value)."""
     return [_identity_params(dep, layout), _scheduling_params(dep, layout, has_gpus), _timeout_params(layout),
-            _path_params(layout), _power_saving(dep, layout)]
+            _path_params(layout), _power_saving(dep, layout), _metrics(dep)]
+
+
+def _metrics(dep: Deployment) -> Params:
+    """slurmctld's OpenMetrics endpoints (Slurm 25.11+: /metrics/jobs, /metrics/nodes,
+    /metrics/partitions, /metrics/scheduler on SlurmctldPort, for Prometheus to scrape), where
+    the nodes' images carry such a release; a release ctk does not know (slurm-gcp's images)
+    keeps its default."""
+    release = dep.slurm()
+    return [("MetricsType", "metrics/openmetrics")] if release is not None and release >= (25, 11) else []
 
 
 def _identity_params(dep: Deployment, layout: NodeLayout | None) -> Params:
@@ -702,7 +711,8 @@ def render_slurm_conf(dep: Deployment, *, layout: NodeLayout | None = None) -> s
         overridden.add(key.lower())
 
     out = [_header(dep)]
-    titles = ["Cluster", "Scheduling", "Timeouts (seconds)", "State, spool and logs", "Power saving (cloud nodes)"]
+    titles = ["Cluster", "Scheduling", "Timeouts (seconds)", "State, spool and logs", "Power saving (cloud nodes)",
+              "Metrics"]
     for title, params in zip(titles, sections):
         if not params:
             continue
