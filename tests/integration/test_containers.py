@@ -52,9 +52,10 @@ print("ctk-container", socket.gethostname(), jax.process_index(), jax.process_co
 @pytest.fixture(scope="module")
 def blueprint(tmp_path_factory):
     text = open(LAB).read()
-    assert "      stack: jax-cpu\n" in text
+    last = '      slurm_release: "26.05"\n'  # the last setting of the lab's image module
+    assert last in text
     bp = tmp_path_factory.mktemp("bp") / "lab-containers.yaml"
-    bp.write_text(text.replace("      stack: jax-cpu\n", "      stack: jax-cpu\n" + CONTAINER_MODULE, 1)
+    bp.write_text(text.replace(last, last + CONTAINER_MODULE, 1)
                   .replace("deployment_name: lab", "deployment_name: clab"))
     return str(bp)
 

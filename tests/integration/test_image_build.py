@@ -72,7 +72,8 @@ def test_debian_13_image_builds_and_verifies(slurm_image, lab_build, state, rele
     else:
         assert store.image(name)["layers"][:3] == lab[:3] and store.image(name)["layers"][3] != lab[3]
     v = verify_image(name, store, Progress(quiet=True))
-    assert v.passed > 0 and v.skipped == 2 and not v.cached, v.summary  # only the JAX and CUDA checks: no jax role
+    # skipped: the JAX and CUDA checks (no jax role), and on 24.11 the check of forky's packages
+    assert v.passed > 0 and v.skipped == (2 if release.endswith("@26.05") else 3) and not v.cached, v.summary
     assert store.verified(name)["layers"] == store.image(name)["layers"]  # the pass is on record
     assert verify_image(name, store, Progress(quiet=True), again=False).cached
 

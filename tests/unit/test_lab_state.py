@@ -15,7 +15,7 @@ def test_a_finished_deploys_state_is_written_as_before(tmp_path):
     """The keys, their order and the indent a finished deploy wrote before LabState."""
     before = {"n": 3, "deployment": "lab", "nodes": [NODE], "notes": ["capped"], "max_nodes": 4, "complete": True,
               "accounting": True, "cluster": "lab", "agent": True, "user": "researcher",
-              "rest": "http://198.18.3.1:6820"}
+              "rest": "http://198.18.3.1:6820", "metrics": "http://198.18.3.1:9090"}
     (tmp_path / "lab").mkdir()
     save_state(str(tmp_path), LabState.from_dict(before))
     assert (tmp_path / "lab" / "state.json").read_text() == json.dumps(before, indent=1) + "\n"

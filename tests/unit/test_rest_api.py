@@ -61,3 +61,42 @@ def test_status_names_the_url_and_how_to_get_a_token():
     down = Status("lab", "local", True, [], rest_url="http://198.18.4.1:6820", rest="down")
     assert "http://198.18.4.1:6820 DOWN" in down.render("/tmp/lab")
     assert down.to_dict()["rest"] == "down" and down.to_dict()["rest_url"] == "http://198.18.4.1:6820"
+
+
+MLAB = os.path.join(os.path.dirname(__file__), "..", "integration", "blueprints", "metrics-lab.yaml")
+
+
+def test_the_metrics_role_runs_an_exporter_on_every_node_and_prometheus_on_the_controller(tmp_path):
+    from ctk.targets.local.plan import PROMETHEUS_CONF_IN_NODE, metrics_url
+
+    plan = plan_lab(process(MLAB).deployment, 3)
+    specs = {x.name: (x, files.node_spec(plan, x, str(tmp_path), ["/lower"])) for x in plan.nodes}
+    for x, spec in specs.values():
+        (exp,) = [s for s in spec.services if s.name == "node-exporter"]
+        assert exp.argv == ["/usr/bin/prometheus-node-exporter", f"--web.listen-address={x.addr}:9100"]
+        assert exp.user == "prometheus"  # not root
+        assert any(s.name == "prometheus" for s in spec.services) == (x.role == "controller")
+    assert metrics_url(plan) == f"http://{plan.controller.addr}:9090"
+    conf = files.lab_files(plan, str(tmp_path))["etc/prometheus.yml"]
+    ctl = f"{plan.controller.addr}:{plan.controller.port}"
+    for what in ("jobs", "nodes", "partitions", "scheduler", "jobs-users-accts"):
+        assert f"    metrics_path: /metrics/{what}\n    static_configs:\n      - targets: ['{ctl}']" in conf
+    for x in plan.nodes:
+        assert f"      - targets: ['{x.addr}:9100']\n        labels: {{node: {x.name}}}" in conf
+    ctl_spec = specs[plan.controller.name][1]
+    assert ctl_spec.run_files[PROMETHEUS_CONF_IN_NODE]["src"] == str(tmp_path / "etc" / "prometheus.yml")
+    # a lab without the role has neither
+    plain = plan_lab(process(LAB).deployment, 3)
+    assert metrics_url(plain) is None and "etc/prometheus.yml" not in files.lab_files(plain, str(tmp_path))
+    assert not any(s.name == "node-exporter" for s in files.node_spec(plain, plain.controller, str(tmp_path), []).services)
+
+
+def test_the_grafana_dashboard_is_importable_json_on_prometheus():
+    import json
+
+    from ctk import paths as p
+
+    dash = json.load(open(p.GRAFANA_DASHBOARD))
+    assert dash["title"] and dash["uid"] == "ctk-slurm" and dash["panels"]
+    assert {t["datasource"]["type"] for panel in dash["panels"] for t in panel["targets"]} == {"prometheus"}
+    assert len({panel["id"] for panel in dash["panels"]}) == len(dash["panels"])

@@ -29,6 +29,7 @@ IMAGES = _data("images")
 BLUEPRINTS = _data("blueprints")
 SBATCH = _data("sbatch")
 VERIFY = _data("verify")
+GRAFANA_DASHBOARD = os.path.join(_data("grafana"), "slurm.json")  # for the metrics role's Prometheus
 TESTS_IMAGE = VERIFY  # the suites' old home was the repository's tests/image
 
 

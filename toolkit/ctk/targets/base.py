@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .. import atomic
+from .. import atomic, paths
 from ..errors import UserError
 from ..locks import Busy, lock_file
 from ..progress import Progress
@@ -99,6 +99,9 @@ class Status:
     # Slurm's REST API (slurmrestd, JWT tokens): its URL, and "up" (it answers) or "down"
     rest_url: str | None = None
     rest: str | None = None
+    # Prometheus (the metrics role): its URL, and "up" or "down"
+    metrics_url: str | None = None
+    metrics: str | None = None
     # The lab's agent (it powers dynamic nodes up and down): "up", "down", or None where the
     # lab has none; what it did last, and its chaos settings.
     agent: str | None = None
@@ -108,7 +111,8 @@ class Status:
     def healthy(self) -> bool:
         return (not self.interrupted and self.controller_reachable and bool(self.nodes)
                 and all(x.running or x.power in ("off", "powering-up", "powering-down") for x in self.nodes)
-                and self.accounting != "down" and self.agent != "down" and self.rest != "down")
+                and self.accounting != "down" and self.agent != "down" and self.rest != "down"
+                and self.metrics != "down")
 
     def to_dict(self) -> dict:
         def clean(d: dict) -> dict:
@@ -165,6 +169,10 @@ class Status:
                       + f", from this machine and the nodes; a token: `scontrol token` as the user "
                       "(its SLURM_JWT=... goes in the X-SLURM-USER-TOKEN header, the user in X-SLURM-USER-NAME); "
                       f"its OpenAPI document: {self.rest_url}/openapi/v3"]
+        if self.metrics_url:
+            lines += ["", f"metrics (Prometheus): {self.metrics_url} " + ("up" if self.metrics == "up" else "DOWN")
+                      + " scrapes slurmctld's /metrics/* and every node's exporter every 5 s; a Grafana dashboard "
+                      f"for it (import it, with this Prometheus as its data source): {paths.GRAFANA_DASHBOARD}"]
         if self.slurm_client:
             home = os.path.join(folder, "lab", "home", self.lab_user or "")
             who = f" as {self.lab_user} (home: {home})" if self.lab_user else ""

@@ -79,6 +79,7 @@ class LabState:
     agent: bool = False  # the lab runs its agent (targets/labagent.py)
     user: str | None = None  # the lab's ordinary user; None in a state written before it booted
     rest: str | None = None  # slurmrestd's URL (the controller's address); None: no REST API
+    metrics: str | None = None  # the Prometheus server's URL (the metrics role); None: none
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> LabState:

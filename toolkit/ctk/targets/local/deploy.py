@@ -48,6 +48,7 @@ from .plan import (
     LabPlan,
     accounting,
     check_memory,
+    metrics_url,
     plan_lab,
     rest,
     rest_url,
@@ -296,7 +297,8 @@ def _bring_up(dep: Deployment, deployment_dir: str, plan: LabPlan, old: LabState
     save_state(deployment_dir, LabState(n=n, deployment=dep.deployment_name, nodes=run.records, notes=plan.notes,
                                         max_nodes=max_nodes, complete=True, accounting=acct,
                                         cluster=dep.slurm_cluster_name, agent=plan.needs_agent,
-                                        user=dep.settings_of(LabSettings).user, rest=rest_url(plan)))
+                                        user=dep.settings_of(LabSettings).user, rest=rest_url(plan),
+                                        metrics=metrics_url(plan)))
     wait_nodes(deployment_dir, plan, ready_timeout, progress)
     if acct:
         wait_accounting(deployment_dir, plan, ready_timeout, progress)

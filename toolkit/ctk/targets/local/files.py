@@ -35,10 +35,13 @@ from .plan import (
     DB_PORT,
     DBD_DIR_IN_NODE,
     DBD_PORT_SLOT,
+    EXPORTER_PORT,
     GPU_DIR_IN_NODE,
     JWT_KEY_IN_NODE,
     MUNGE_KEY_IN_NODE,
     POWER_DIR_IN_NODE,
+    PROMETHEUS_CONF_IN_NODE,
+    PROMETHEUS_PORT,
     READY_SCRIPT,
     REST_PORT,
     RESUME_SCRIPT,
@@ -46,7 +49,10 @@ from .plan import (
     SUSPEND_SCRIPT,
     LabPlan,
     accounting,
+    has_role,
     layout,
+    metrics_url,
+    prometheus_conf,
     rest,
 )
 
@@ -93,6 +99,8 @@ def lab_files(plan: LabPlan, ldir: str) -> dict[str, str]:
     if any(ns.gpu_count for ns in plan.dep.nodesets):
         files["etc/slurm/gres.conf"] = render_gres_conf(plan.dep, layout=lay)
     files["ssh_config"] = ssh_config(plan, ldir)
+    if metrics_url(plan):
+        files["etc/prometheus.yml"] = prometheus_conf(plan)
     if plan.cloud_nodes:
         assert plan.dep.controller is not None  # plan_lab refuses a deployment without one
         files[f"etc/slurm/{RESUME_SCRIPT}"] = power_script("resume")
@@ -206,17 +214,9 @@ def node_spec(plan: LabPlan, x: LabNode, ldir: str, lowerdirs: list[str],
                      {"path": "mysqld", "mode": "0755", "owner": "root"}]
     if x.role == "controller":
         services.append(nodes.Service("slurmctld", ["/usr/sbin/slurmctld", "-D", "-i"], env=env))
-        if rest(plan):  # the REST API: its clients' tokens go to slurmctld, which checks them with the key
-            run_files[JWT_KEY_IN_NODE] = {"src": os.path.join(ldir, "secrets", "jwt_hs256.key"), "mode": "0400",
-                                          "owner": "root"}
-            if not any(d["path"] == "ctk" for d in run_dirs):
-                run_dirs.append({"path": "ctk", "mode": "0755", "owner": "root"})
-            services.append(nodes.Service(
-                "slurmrestd", ["/usr/sbin/slurmrestd", "-a", "rest_auth/jwt", "-s", "openapi/slurmctld",
-                               "-u", "slurmrestd", "-g", "slurmrestd", f"{x.addr}:{REST_PORT}"],
-                env={**env, "SLURM_JWT": "daemon"}, ready=f"tcp:{x.addr}:{REST_PORT}", ready_timeout=60))
     elif x.role == "compute":
         services.append(nodes.Service("slurmd", ["/usr/sbin/slurmd", "-D", "-N", x.name], env=env))
+    _rest_and_metrics(plan, x, ldir, env, services, run_files, run_dirs)
     if x.role == "login":  # sshd on the node's own address and port: ctk job --host reaches it
         sd = os.path.join(ldir, "secrets", "ssh")
         files, dirs, sshd = sshd_parts(x.addr, x.port, os.path.join(sd, "host_ed25519"),
@@ -248,6 +248,38 @@ def node_spec(plan: LabPlan, x: LabNode, ldir: str, lowerdirs: list[str],
         services=services, binds=binds, overlays=overlays, run_files=run_files, run_dirs=run_dirs,
         netns=os.path.join(netns.NETNS_DIR, netns.netns(plan.n, x.host)),
         accounts=[{"name": lab.user, "uid": lab.user_uid, "gid": lab.user_uid, "home": f"/home/{lab.user}"}])
+
+
+def _rest_and_metrics(plan: LabPlan, x: LabNode, ldir: str, env: dict[str, str], services: list[nodes.Service],
+                      run_files: dict[str, dict], run_dirs: list[dict]) -> None:
+    """Node X's share of the REST API (slurmrestd and auth/jwt's key, on the controller) and of
+    the metrics role (a node exporter on every node, Prometheus on the controller)."""
+    def run_ctk() -> None:
+        if not any(d["path"] == "ctk" for d in run_dirs):
+            run_dirs.append({"path": "ctk", "mode": "0755", "owner": "root"})
+
+    if x.role == "controller" and rest(plan):  # clients' tokens go to slurmctld, which checks them with the key
+        run_files[JWT_KEY_IN_NODE] = {"src": os.path.join(ldir, "secrets", "jwt_hs256.key"), "mode": "0400",
+                                      "owner": "root"}
+        run_ctk()
+        services.append(nodes.Service(
+            "slurmrestd", ["/usr/sbin/slurmrestd", "-a", "rest_auth/jwt", "-s", "openapi/slurmctld",
+                           "-u", "slurmrestd", "-g", "slurmrestd", f"{x.addr}:{REST_PORT}"],
+            env={**env, "SLURM_JWT": "daemon"}, ready=f"tcp:{x.addr}:{REST_PORT}", ready_timeout=60))
+    if not has_role(plan, x, "metrics"):
+        return
+    services.append(nodes.Service(
+        "node-exporter", ["/usr/bin/prometheus-node-exporter", f"--web.listen-address={x.addr}:{EXPORTER_PORT}"],
+        user="prometheus", ready=f"tcp:{x.addr}:{EXPORTER_PORT}"))
+    if x.role == "controller":
+        run_files[PROMETHEUS_CONF_IN_NODE] = {"src": os.path.join(ldir, "etc", "prometheus.yml"), "mode": "0644",
+                                              "owner": "root"}
+        run_ctk()
+        services.append(nodes.Service(
+            "prometheus", ["/usr/bin/prometheus", f"--config.file=/run/{PROMETHEUS_CONF_IN_NODE}",
+                           "--storage.tsdb.path=/var/lib/prometheus/metrics2",
+                           f"--web.listen-address={x.addr}:{PROMETHEUS_PORT}"],
+            user="prometheus", ready=f"tcp:{x.addr}:{PROMETHEUS_PORT}", ready_timeout=60))
 
 
 def user_home(plan: LabPlan, ldir: str) -> str:

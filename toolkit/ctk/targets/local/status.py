@@ -93,7 +93,9 @@ def status_local(deployment_dir: str) -> Status:
                   nodes=out_nodes, partitions=parse_partitions(parts) if parts is not None else [],
                   notes=state.notes, slurm_client=client_node(state.nodes), lab_user=state.user,
                   interrupted=not state.complete, accounting=acct, agent=agent, events=events,
-                  rest_url=state.rest, rest=(("up" if answers(state.rest) else "down") if state.rest else None))
+                  rest_url=state.rest, rest=(("up" if answers(state.rest) else "down") if state.rest else None),
+                  metrics_url=state.metrics,
+                  metrics=(("up" if answers(state.metrics) else "down") if state.metrics else None))
 
 
 def answers(url: str, timeout: float = 2.0) -> bool:
