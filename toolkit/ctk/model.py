@@ -196,6 +196,8 @@ class Controller:
     suspend_timeout: int = 300
     resume_rate: int = 0
     suspend_rate: int = 0
+    # A backup slurmctld (Cluster Toolkit's enable_backup_controller), sharing the saved state.
+    backup: bool = False
 
 
 @dataclass

@@ -128,6 +128,9 @@ CONTROLLER = ModuleKind(
         _in("network_storage", "list(object)", [], "Shared file systems (via use)."),
         _in("enable_slurm_auth", "bool", False,
             "Authenticate with Slurm's own auth/slurm (a slurm.key, Slurm >= 23.11) instead of munge."),
+        _in("enable_backup_controller", "bool", False,
+            "A second slurmctld on a node of its own, sharing the first's saved state (Cluster Toolkit's setting): it "
+            "takes over within SlurmctldTimeout when the first stops answering, and hands back when it returns."),
         _in("accounting", "bool", True,
             "Keep Slurm's accounting: slurmdbd with a MariaDB database on the controller, so sacct and "
             "sreport work. false: none (finished jobs are then known from a job completion log)."),

@@ -115,6 +115,7 @@ def plan_services(exp: Expanded, dep: Deployment, cluster: str, by_id: dict[str,
                                         f"{cluster}-controller", _image_of(em, images),
                                         dict_of(em.get("slurm_conf")), em.get("enable_slurm_auth") is True,
                                         em.get("accounting") is not False)
+            dep.controller.backup = em.get("enable_backup_controller") is True
             _power_saving(exp, em, dep.controller, c)
             if dep.controller.slurm_auth:
                 auth_em = em

@@ -96,6 +96,11 @@ class NodeLayout:
     # auth/jwt's key on the controller (AuthAltTypes=auth/jwt): slurmctld then takes the JSON Web
     # Tokens that `scontrol token` issues, which slurmrestd's clients send; None: no tokens.
     jwt_key: str | None = None
+    # A backup controller (a second SlurmctldHost line) and slurmctld's SlurmctldTimeout: how long
+    # the backup waits for the primary before it takes over.
+    backup_host: str | None = None
+    backup_addr: str | None = None
+    slurmctld_timeout: int = 120
     slurmd_timeout: int = 300  # seconds before slurmctld marks a silent node DOWN
     # slurmdbd's address and port: AccountingStorageType=accounting_storage/slurmdbd (the
     # munge socket above also authenticates to it); None: no accounting.
@@ -359,6 +364,8 @@ def _identity_params(dep: Deployment, layout: NodeLayout | None) -> Params:
     identity: Params = [
         ("ClusterName", dep.slurm_cluster_name),
         ("SlurmctldHost", ctld_host),
+        *([("SlurmctldHost", f"{layout.backup_host}({layout.backup_addr})")]
+          if layout is not None and layout.backup_host else []),
         ("SlurmctldPort", str(ctld_port)),
         ("SlurmdPort", str(slurmd_port)),
         ("SlurmUser", user),
@@ -420,7 +427,7 @@ def _scheduling_params(dep: Deployment, layout: NodeLayout | None, has_gpus: boo
 def _timeout_params(layout: NodeLayout | None) -> Params:
     """The daemons' timeouts, and how long a finished job stays in slurmctld's memory."""
     return [
-        ("SlurmctldTimeout", "120"),
+        ("SlurmctldTimeout", str(layout.slurmctld_timeout if layout is not None else 120)),
         ("SlurmdTimeout", str(layout.slurmd_timeout if layout is not None else 300)),
         ("MessageTimeout", "30"),
         ("InactiveLimit", "0"),

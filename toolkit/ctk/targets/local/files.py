@@ -201,7 +201,8 @@ def node_spec(plan: LabPlan, x: LabNode, ldir: str, lowerdirs: list[str],
         run_files = {MUNGE_KEY_IN_NODE: {"src": os.path.join(ldir, "secrets", "munge.key"), "mode": "0400",
                                          "owner": "munge"}}
         run_dirs = [{"path": "munge", "mode": "0755", "owner": "munge"}]
-    acct = x.role == "controller" and accounting(plan)
+    primary = x.name == plan.controller.name  # the backup controller runs slurmctld alone
+    acct = primary and accounting(plan)
     if acct:  # the database, then slurmdbd, then slurmctld (a first boot makes the database)
         services.append(nodes.Service("mariadbd", ["/bin/sh", "-c", MARIADB_SCRIPT],
                                       ready="/run/mysqld/mysqld.sock", ready_timeout=120))
@@ -258,7 +259,7 @@ def _rest_and_metrics(plan: LabPlan, x: LabNode, ldir: str, env: dict[str, str],
         if not any(d["path"] == "ctk" for d in run_dirs):
             run_dirs.append({"path": "ctk", "mode": "0755", "owner": "root"})
 
-    if x.role == "controller" and rest(plan):  # clients' tokens go to slurmctld, which checks them with the key
+    if x.name == plan.controller.name and rest(plan):  # clients' tokens go to slurmctld, which checks them with the key
         run_files[JWT_KEY_IN_NODE] = {"src": os.path.join(ldir, "secrets", "jwt_hs256.key"), "mode": "0400",
                                       "owner": "root"}
         run_ctk()
@@ -271,7 +272,7 @@ def _rest_and_metrics(plan: LabPlan, x: LabNode, ldir: str, env: dict[str, str],
     services.append(nodes.Service(
         "node-exporter", ["/usr/bin/prometheus-node-exporter", f"--web.listen-address={x.addr}:{EXPORTER_PORT}"],
         user="prometheus", ready=f"tcp:{x.addr}:{EXPORTER_PORT}"))
-    if x.role == "controller":
+    if x.name == plan.controller.name:
         run_files[PROMETHEUS_CONF_IN_NODE] = {"src": os.path.join(ldir, "etc", "prometheus.yml"), "mode": "0644",
                                               "owner": "root"}
         run_ctk()

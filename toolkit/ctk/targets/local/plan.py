@@ -25,6 +25,7 @@ REST_PORT = 6820  # slurmrestd, on the controller's address (Slurm's own default
 PROMETHEUS_PORT = 9090  # the Prometheus server (the metrics role), on the controller's address
 EXPORTER_PORT = 9100  # each node's Prometheus node exporter, on its own address
 PROMETHEUS_CONF_IN_NODE = "ctk/prometheus.yml"  # under /run (tmpfs), the controller's
+BACKUP_SLURMCTLD_TIMEOUT = 10  # an HA lab's backup takes over 10 s after the primary goes silent
 SLURMD_TIMEOUT = 15  # a lab node that stops answering is DOWN (and its jobs requeued) within ~20 s
 JOBCOMP_IN_NODE = "/var/spool/slurmctld/jobcomp.log"
 # Accounting on the controller: MariaDB on its loopback (nothing outside the node reaches it),
@@ -60,6 +61,11 @@ class LabPlan:
     @property
     def controller(self) -> LabNode:
         return next(x for x in self.nodes if x.role == "controller")
+
+    @property
+    def backup(self) -> LabNode | None:
+        """The backup controller (enable_backup_controller), if the lab has one."""
+        return next((x for x in self.nodes if x.role == "controller" and x.name != self.controller.name), None)
 
     @property
     def cloud_nodes(self) -> list[LabNode]:
@@ -138,7 +144,7 @@ def plan_lab(dep: Deployment, n: int, max_nodes: int = DEFAULT_MAX_NODES) -> Lab
         return names[name]
 
     computes = sum(ns.node_count for ns in scaled.nodesets)
-    total = 1 + computes + sum(lg.count for lg in scaled.logins)
+    total = 1 + computes + sum(lg.count for lg in scaled.logins) + (1 if scaled.controller and scaled.controller.backup else 0)
     if total > netns.MAX_HOSTS:
         raise UserError(f"the lab would have {total} nodes; a lab has at most {netns.MAX_HOSTS}",
                         hint="lower --max-nodes, or the blueprint's node counts")
@@ -159,6 +165,9 @@ def plan_lab(dep: Deployment, n: int, max_nodes: int = DEFAULT_MAX_NODES) -> Lab
     for i, (name, image) in enumerate(logins):  # sshd on a port of the lease each
         nodes_.append(LabNode(name, "login", leases.addr(n, host), leases.port(n, 1 + i), image_of(image), host=host))
         host += 1
+    if ctl.backup:  # the backup slurmctld: a controller node of its own, on the same port at its address
+        nodes_.append(LabNode(f"{ctl.hostname}-backup", "controller", leases.addr(n, host), leases.port(n, 0),
+                              image_of(ctl.image), host=host))
     from ...images.base import SUITES  # see _local_images
 
     containers = [c for c in scaled.containers if c.base in SUITES]
@@ -247,6 +256,7 @@ def layout(plan: LabPlan) -> NodeLayout:
     computes = [x for x in plan.nodes if x.role == "compute"]
     images = {img.name: img for img in plan.images}
     acct = accounting(plan)
+    backup = plan.backup
     return NodeLayout(
         controller_addr=plan.controller.addr, controller_port=plan.controller.port,
         node_addr={x.name: x.addr for x in computes}, node_port={},  # each slurmd on SlurmdPort
@@ -258,6 +268,8 @@ def layout(plan: LabPlan) -> NodeLayout:
         slurmdbd_addr=plan.controller.name if acct else None,
         slurmdbd_port=leases.port(plan.n, DBD_PORT_SLOT) if acct else None,
         jwt_key=f"/run/{JWT_KEY_IN_NODE}" if rest(plan) else None,
+        backup_host=backup.name if backup else None, backup_addr=backup.addr if backup else None,
+        slurmctld_timeout=BACKUP_SLURMCTLD_TIMEOUT if backup else 120,
         task_prolog=JAX_TASK_PROLOG if all(images[x.image].python for x in computes) else None,
         health_check=HEALTH_CHECK,
         # A wave of short jobs on the lab's few small nodes starts as soon as the last one
