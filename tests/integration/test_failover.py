@@ -32,6 +32,11 @@ def ping(lab) -> str:
     return lab.slurm("scontrol", "ping", check=False).stdout
 
 
+def state_of(lab, job: str) -> str:
+    out = lab.slurm("scontrol", "show", "-o", "job", job, check=False).stdout
+    return dict(tok.split("=", 1) for tok in out.split() if "=" in tok).get("JobState", "GONE")
+
+
 def in_node(lab, node: str, *argv: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "ctk", "exec", lab.path, node, "--", *argv], capture_output=True,
                           text=True, env={**os.environ, **lab.env}, timeout=60)
@@ -48,8 +53,13 @@ def test_the_backup_takes_over_from_a_killed_primary_and_hands_back(ha):
           lambda _: f"both slurmctld up: {ping(ha)!r}")
     p = ping(ha)
     assert f"Slurmctld(primary) at {primary} is UP" in p and f"Slurmctld(backup) at {backup} is UP" in p, p
-    job = ha.slurm("sbatch", "--parsable", "-N2", "-o", "/dev/null", "--wrap", "srun sleep 40").stdout.strip()
+    job = ha.slurm("sbatch", "--parsable", "-N2", "-o", "/dev/null", "--wrap", "srun sleep 25").stdout.strip()
     until(lambda: ha.slurm("squeue", "-h", "-j", job, "-o", "%T").stdout.strip() == "RUNNING", 60, "the job running")
+    # slurmctld writes its state a few seconds after a change: a kill -9 before that loses the
+    # change (the backup would recover the job as pending). Kill once it is on disk.
+    saved = os.path.join(ha.path, "lab", "slurmctld", "job_state")
+    t_running = time.time()
+    until(lambda: os.stat(saved).st_mtime > t_running + 0.5, 60, "the running job in the saved state")
     r = in_node(ha, primary, "pkill", "-9", "-x", "slurmctld")
     assert r.returncode == 0, r.stderr
     t_kill = time.monotonic()
@@ -59,8 +69,10 @@ def test_the_backup_takes_over_from_a_killed_primary_and_hands_back(ha):
     took = time.monotonic() - t_kill
     print(f"backup in control {took:.1f} s after the kill (SlurmctldTimeout 10 s)")
     assert f"Slurmctld(primary) at {primary} is DOWN" in ping(ha), ping(ha)
-    assert sacct_line(ha, after, timeout=120) == "COMPLETED|0:0"
-    assert sacct_line(ha, job, timeout=120) == "COMPLETED|0:0"  # the job kept running through it
+    # both end well in the backup's hands (slurmctld's view: the backup's accounting records did
+    # not reach slurmdbd in this lab, see docs/targets/local.md)
+    until(lambda: state_of(ha, after) == "COMPLETED", 120, lambda _: f"job {after}: {state_of(ha, after)}")
+    until(lambda: state_of(ha, job) == "COMPLETED", 120, lambda _: f"job {job}: {state_of(ha, job)}")
     # the primary's return: ctk deploy restarts its dead slurmctld, which takes control back
     r = ha.ctk("deploy", HA, "-o", ha.path)
     assert r.returncode == 0, r.stderr[-3000:]

@@ -30,7 +30,8 @@ def test_the_backup_runs_slurmctld_alone_on_the_primarys_saved_state(tmp_path):
     assert {"slurmdbd", "slurmctld", "slurmrestd"} <= {s.name for s in primary.services}
     state = {"src": str(tmp_path / "slurmctld"), "dest": "/var/spool/slurmctld"}
     assert state in primary.binds and state in second.binds
-    assert not any("jwt" in k for k in second.run_files)  # the token key stays with the primary
+    # both slurmctld check tokens (slurm.conf's AuthAltParameters): both hold the key; no compute node does
+    assert any("jwt" in k for k in second.run_files) and any("jwt" in k for k in primary.run_files)
 
 
 def test_a_lab_without_it_has_one_controller_and_slurms_default_timeout(tmp_path):

@@ -121,13 +121,17 @@ def slurmdbd_conf(plan: LabPlan, ldir: str) -> str:
 
 # The controller's database: made on its first boot in lab/slurmdbd, then served on the
 # node's loopback only, with the InnoDB settings Slurm recommends (slurmdbd warns without).
+# MariaDB 11.8 (Debian 13) turns innodb_snapshot_isolation on, which slurmdbd 26.05 says it
+# does not support ("will cause slurmdbd to fatal when a write conflicts"): off ("loose-": a
+# MariaDB without the setting, Debian 12's 10.11, ignores it).
 MARIADB_SCRIPT = f"""set -e
 D={DB_DIR_IN_NODE}
 if [ ! -d "$D/mysql" ]; then
   mariadb-install-db --user=root --datadir="$D" --auth-root-authentication-method=socket --skip-test-db >/dev/null
 fi
 exec mariadbd --user=root --datadir="$D" --socket=/run/mysqld/mysqld.sock --bind-address=127.0.0.1 \
-  --port={DB_PORT} --skip-log-bin --innodb-buffer-pool-size=128M --innodb-lock-wait-timeout=900
+  --port={DB_PORT} --skip-log-bin --innodb-buffer-pool-size=128M --innodb-lock-wait-timeout=900 \
+  --loose-innodb-snapshot-isolation=OFF
 """
 # slurmdbd, started once the database's socket is there: its user gets the password
 # slurmdbd.conf holds (read here, passed to the client on stdin, never on a command line).
@@ -259,10 +263,11 @@ def _rest_and_metrics(plan: LabPlan, x: LabNode, ldir: str, env: dict[str, str],
         if not any(d["path"] == "ctk" for d in run_dirs):
             run_dirs.append({"path": "ctk", "mode": "0755", "owner": "root"})
 
-    if x.name == plan.controller.name and rest(plan):  # clients' tokens go to slurmctld, which checks them with the key
+    if x.role == "controller" and rest(plan):  # clients' tokens go to slurmctld, which checks them with the key
         run_files[JWT_KEY_IN_NODE] = {"src": os.path.join(ldir, "secrets", "jwt_hs256.key"), "mode": "0400",
                                       "owner": "root"}
         run_ctk()
+    if x.name == plan.controller.name and rest(plan):  # slurmrestd on the primary
         services.append(nodes.Service(
             "slurmrestd", ["/usr/sbin/slurmrestd", "-a", "rest_auth/jwt", "-s", "openapi/slurmctld",
                            "-u", "slurmrestd", "-g", "slurmrestd", f"{x.addr}:{REST_PORT}"],
