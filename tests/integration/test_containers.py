@@ -30,6 +30,7 @@ CONTAINER_MODULE = """
       name: jax-cpu
       stack: jax-cpu
       roles: [common, munge, slurm, jax]
+      slurm_release: "26.05"
 """
 
 # Run in the container by both tasks: jax.distributed from Slurm's environment, one allgather

@@ -126,3 +126,17 @@ def test_slurmctlds_openmetrics_are_on_from_25_11(tmp_path):
     new = process(lab(tmp_path, '      slurm_release: "26.05"\n')).deployment
     assert "MetricsType=metrics/openmetrics" in render_slurm_conf(new).splitlines()
     assert "MetricsType" not in render_slurm_conf(old)  # 24.11 has no such plugin
+
+
+def test_a_container_image_takes_the_nodes_release_and_shares_their_slurm_layer(tmp_path):
+    container = ('      slurm_release: "26.05"\n\n  - id: jax_container\n    source: ctk/container-image\n'
+                 '    settings:\n      name: jax-cpu\n      roles: [common, munge, slurm, jax]\n      stack: jax-cpu\n'
+                 '      slurm_release: "26.05"\n')
+    dep = process(lab(tmp_path, container)).deployment
+    (node,), (box,) = dep.images, dep.containers
+    assert box.slurm_release == "26.05"
+    stack = get_stack(node.stack)
+    assert [x.key for x in plan_layers(box, "base-x", stack)] == [x.key for x in plan_layers(node, "base-x", stack)]
+    path = lab(tmp_path, container[:container.rindex('slurm_release')] + 'slurm_release: "25.11"\n')
+    got = errors(path)
+    assert any("image 'jax-cpu': ctk has no Slurm 25.11 for base debian-13" in e for e in got), got

@@ -53,6 +53,8 @@ CONTAINER_IMAGE = ModuleKind(
         _in("roles", "list(string)", list(CONTAINER_ROLES), "Ansible roles, applied in this order."),
         _in("stack", "string", None, "Software stack from images/stacks.yaml (ctk stack list); it must be "
             "locked for the base's Python. null: the newest CPU stack for the base's Python."),
+        _in("slurm_release", "string", None, "With the slurm role: the Slurm release of its client commands "
+            "when not the base's own, as the nodes' ctk/image has it (\"26.05\" on debian-13); null: the base's."),
     ),
     outputs=(Output("image", "The image name."),),
 )

@@ -313,8 +313,8 @@ def _own_release_is_none(release: str, base: str) -> str:
 def slurm_releases(exp: Expanded, dep: Deployment, c: Collector) -> None:
     """An image's slurm_release is one ctk can install on its base (SLURM_ARCHIVES), on an image
     with the slurm role; and a cluster's node images run one Slurm release."""
-    for img in dep.images:
-        if img.source != "ctk/image" or not img.slurm_release:
+    for img in dep.images + dep.containers:
+        if img.source not in ("ctk/image", CONTAINER_IMAGE) or not img.slurm_release:
             continue
         em = module_of(exp, img.module_id)
         pos = setting_pos(exp, em, "slurm_release")
