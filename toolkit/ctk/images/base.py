@@ -45,8 +45,11 @@ def apt_checks_valid_until() -> bool:
     whose packages come through a mirror of a frozen archive turns the check off
     (Acquire::Check-Valid-Until "false"): the suites a build adds for its nodes (slurm_release's)
     then do the same, or apt refuses them as expired."""
+    tool = shutil.which("apt-config", path="/usr/bin:/bin")  # this machine's, whatever PATH says
+    if tool is None:
+        return True
     try:
-        out = subprocess.run(["apt-config", "dump", "Acquire::Check-Valid-Until"], capture_output=True,
+        out = subprocess.run([tool, "dump", "Acquire::Check-Valid-Until"], capture_output=True,
                              text=True, timeout=10).stdout
     except (OSError, subprocess.SubprocessError):
         return True

@@ -817,9 +817,13 @@ def render_oci_conf(dep: Deployment) -> str:
     through the slurm role's OCI runtime on the compute nodes (runc, rootless, as the job's
     user, %U: slurmstepd runs `run` as the user and the others as root, which the runtime
     leaves for the user; see the role's files/ctk-oci-runtime). Each container is named by
-    node, user, job, step and task."""
+    node, user, job, step and task. The step's spool folder goes to /var/run/slurm in the
+    container (the runtime's own tmpfs /run): 24.11 mounts it there, 26.05 at its node path,
+    which a read-only image has no folder for, unless MountSpoolDir says where (Slurm 23.02+;
+    written from 25.05, the releases after the one whose default ctk has run)."""
     cid = "%n.%u.%j.%s.%t"
     rt = f"{OCI_RUNTIME} --uid %U"
+    release = dep.slurm()
     return "\n".join([
         _header(dep),
         "# srun/sbatch --container=BUNDLE: BUNDLE's root filesystem through runc, rootless, as the job's user.",
@@ -827,4 +831,5 @@ def render_oci_conf(dep: Deployment) -> str:
         f'RunTimeKill="{rt} kill --all {cid}"',
         f'RunTimeDelete="{rt} delete --force {cid}"',
         f'RunTimeRun="{rt} run {cid} -b %b"',
+        *(["MountSpoolDir=/var/run/slurm"] if release is not None and release >= (25, 5) else []),
     ]) + "\n"

@@ -271,7 +271,7 @@ def _rest_and_metrics(plan: LabPlan, x: LabNode, ldir: str, env: dict[str, str],
         services.append(nodes.Service(
             "slurmrestd", ["/usr/sbin/slurmrestd", "-a", "rest_auth/jwt", "-s", "openapi/slurmctld",
                            "-u", "slurmrestd", "-g", "slurmrestd", f"{x.addr}:{REST_PORT}"],
-            env={**env, "SLURM_JWT": "daemon"}, ready=f"tcp:{x.addr}:{REST_PORT}", ready_timeout=60))
+            env={**env, "SLURM_JWT": "daemon"}))  # no wait: nothing after it needs it (status probes it)
     if not has_role(plan, x, "metrics"):
         return
     services.append(nodes.Service(
@@ -285,7 +285,7 @@ def _rest_and_metrics(plan: LabPlan, x: LabNode, ldir: str, env: dict[str, str],
             "prometheus", ["/usr/bin/prometheus", f"--config.file=/run/{PROMETHEUS_CONF_IN_NODE}",
                            "--storage.tsdb.path=/var/lib/prometheus/metrics2",
                            f"--web.listen-address={x.addr}:{PROMETHEUS_PORT}"],
-            user="prometheus", ready=f"tcp:{x.addr}:{PROMETHEUS_PORT}", ready_timeout=60))
+            user="prometheus"))  # no wait, as slurmrestd
 
 
 def user_home(plan: LabPlan, ldir: str) -> str:
