@@ -103,7 +103,8 @@ def test_changing_a_pin_and_relocking_rebuilds_only_the_jax_layer(lab_build, sta
     shutil.copy(os.path.join(paths.IMAGES, "stacks.yaml"), tmp_path / "stacks.yaml")
     shutil.copytree(os.path.join(paths.IMAGES, "locks"), tmp_path / "locks")
     stacks = yaml.safe_load(open(tmp_path / "stacks.yaml"))
-    spec = ImageSpec(name="lab-chex", module_id="lab_image")  # the default base and stack, as the lab's
+    # the default base and stack, and the lab's Slurm
+    spec = ImageSpec(name="lab-chex", module_id="lab_image", slurm_release="26.05")
     py = BASE_PYTHON[spec.base]
     pins = stacks["stacks"][spec.stack]["pins"]
     assert pins["chex"] != "0.1.91"
