@@ -3,6 +3,7 @@ cluster; a daemon that died on the way fails the wait at once, quoting its log."
 
 from __future__ import annotations
 
+import datetime
 import os
 import re
 from collections.abc import Callable
@@ -46,15 +47,41 @@ def dead_daemon(deployment_dir: str, plan: LabPlan) -> DaemonError | None:
         if nodes.node_alive(sd) is None:
             continue  # not booted (a dynamic node powered down)
         for name, st in nodes.service_states(sd).items():
-            if st.get("running", True):
-                continue
             log = os.path.join(sd, "log", f"{name}.log")
-            why = f" with status {st['exit']}" if "exit" in st else (f": {st['error']}" if st.get("error") else "")
+            if st.get("running", True):
+                if not _fatal_since_boot(log, sd):
+                    continue
+                st = {**st, "fatal": True}  # its last words were fatal: it is on its way out
+            why = (f" with status {st['exit']}" if "exit" in st else (f": {st['error']}" if st.get("error")
+                   else " after a fatal error" if st.get("fatal") else ""))
             lines = log_errors(log)
             return DaemonError(f"{name} on {x.name} exited{why} while the lab came up"
                                + ("; its last errors:\n" + "\n".join("    " + ln for ln in lines) if lines else ""),
                                hint=f"see {log}; fix the cause, then `ctk deploy` again")
     return None
+
+
+_FATAL = re.compile(r"^\[(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.\d+)?\] fatal: ")
+
+
+def _fatal_since_boot(log: str, state_dir: str) -> bool:
+    """Whether a Slurm daemon's LOG has a `fatal:` line stamped after the node's boot. slurmctld
+    26.05 has been seen to linger after its fatal line (CLUSTER NAME MISMATCH) past the ready
+    timeout, where earlier releases exited at once."""
+    try:
+        booted = os.stat(os.path.join(state_dir, "pid")).st_mtime
+    except OSError:
+        return False
+    for line in log_errors(log, n=6):
+        m = _FATAL.match(line)
+        if m:
+            try:
+                when = datetime.datetime.fromisoformat(m.group(1)).timestamp()
+            except ValueError:
+                continue
+            if when >= int(booted):
+                return True
+    return False
 
 
 def checked(deployment_dir: str, plan: LabPlan, check: Callable[[], T]) -> Callable[[], T]:
