@@ -100,7 +100,7 @@ def main() -> int:
             rounds.append(one_round(env, dep, primary))
             if not args.json:
                 print(f"round {i + 1}: {rounds[-1]}", flush=True)
-        med = {k: statistics.median(r[k] for r in rounds) for k in rounds[0]}
+        med = {k: round(statistics.median(r[k] for r in rounds), 2) for k in rounds[0]}
         if args.json:
             print(json.dumps({"rounds": rounds, "median": med}))
         else:
