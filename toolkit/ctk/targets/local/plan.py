@@ -209,18 +209,22 @@ def accounting(plan: LabPlan) -> bool:
             and "slurm" in images[plan.controller.image].roles)
 
 
-def rest(plan: LabPlan) -> bool:
-    """Whether the lab's controller runs slurmrestd (Slurm's REST API, JWT tokens): where its
-    image has the slurm role of Slurm 24.11 or later (the releases ctk tests it on)."""
-    images = {img.name: img for img in plan.images}
-    img = images.get(plan.controller.image)
-    return img is not None and "slurm" in img.roles and img.slurm is not None and img.slurm >= (24, 11)
+def node_image(plan: LabPlan, x: LabNode) -> ImageSpec | None:
+    """The image node X boots."""
+    return next((img for img in plan.images if img.name == x.image), None)
 
 
 def has_role(plan: LabPlan, x: LabNode, role: str) -> bool:
-    images = {img.name: img for img in plan.images}
-    img = images.get(x.image)
+    img = node_image(plan, x)
     return img is not None and role in img.roles
+
+
+def rest(plan: LabPlan) -> bool:
+    """Whether the lab's controller runs slurmrestd (Slurm's REST API, JWT tokens): where its
+    image has the slurm role of Slurm 24.11 or later (the releases ctk tests it on)."""
+    img = node_image(plan, plan.controller)
+    return has_role(plan, plan.controller, "slurm") and img is not None and img.slurm is not None \
+        and img.slurm >= (24, 11)
 
 
 def metrics_url(plan: LabPlan) -> str | None:
