@@ -392,14 +392,18 @@ class Deployment:
             return next((img for img in self.images if img.name == name), None)
         return self.images[0] if len(self.images) == 1 else None
 
+    def node_images(self) -> list[ImageSpec]:
+        """The images the controller, compute and login nodes boot, in declaration order (a node
+        that names none boots the deployment's only image)."""
+        used = {self.controller.image if self.controller else None, *(ns.image for ns in self.nodesets),
+                *(lg.image for lg in self.logins)}
+        return [img for img in self.images if img.name in used or (len(self.images) == 1 and None in used)]
+
     def slurm(self) -> tuple[int, int] | None:
         """The Slurm release of the nodes' images (one per cluster: the plan checks it); None
         where no node boots an image of ctk's (slurm-gcp's bring their own)."""
-        names = {self.controller.image if self.controller else None, *(ns.image for ns in self.nodesets),
-                 *(lg.image for lg in self.logins)}
-        imgs = [self.image_named(n) for n in names]
-        found = [img.slurm for img in imgs if img is not None and img.source == "ctk/image" and "slurm" in img.roles]
-        releases = [r for r in found if r is not None]
+        releases = [img.slurm for img in self.node_images()
+                    if img.source == "ctk/image" and "slurm" in img.roles and img.slurm is not None]
         return min(releases) if releases else None
 
     def to_dict(self) -> dict[str, Any]:

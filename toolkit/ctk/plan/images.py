@@ -338,10 +338,7 @@ def slurm_releases(exp: Expanded, dep: Deployment, c: Collector) -> None:
 def _one_release(exp: Expanded, dep: Deployment, c: Collector) -> None:
     """The nodes' images of one cluster run one Slurm release (slurmctld, slurmd and the clients
     of different releases work together only in an upgrade's order: `ctk deploy` of a new image)."""
-    used = {dep.controller.image if dep.controller else None, *(ns.image for ns in dep.nodesets),
-            *(lg.image for lg in dep.logins)}
-    imgs = [(i, i.slurm) for i in dep.images if i.source == "ctk/image" and "slurm" in i.roles and i.slurm
-            and (i.name in used or (len(dep.images) == 1 and None in used))]
+    imgs = [(i, i.slurm) for i in dep.node_images() if i.source == "ctk/image" and "slurm" in i.roles and i.slurm]
     for img, release in imgs[1:]:
         first, first_release = imgs[0]
         if release is not None and first_release is not None and release != first_release:

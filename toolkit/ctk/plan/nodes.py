@@ -171,19 +171,16 @@ def _fs_type(src: str, em: ExpandedModule) -> str:
 def check_slurm_auth(em: ExpandedModule, dep: Deployment, c: Collector, doc) -> None:
     """auth/slurm needs Slurm >= 23.11 on every node: refuse an image of ctk's whose base's
     Slurm is older, at the line that asks for it (slurm-gcp's images bring their own Slurm)."""
-    used = {dep.controller.image if dep.controller else None, *(ns.image for ns in dep.nodesets),
-            *(lg.image for lg in dep.logins)}
-    for img in dep.images:
+    for img in dep.node_images():
         if img.source != "ctk/image" or img.slurm is None or img.slurm >= (23, 11):
             continue
-        if img.name in used or (len(dep.images) == 1 and None in used):
-            where = (em.module.path + ("settings", "enable_slurm_auth") if "enable_slurm_auth" in em.explicit
-                     else ("vars", "enable_slurm_auth"))
-            newer = [b.name for b in BASES.values() if b.slurm >= (23, 11) and b.name.startswith("debian")]
-            c.add(f"enable_slurm_auth needs Slurm >= 23.11 (auth/slurm) on every node; image '{img.name}' "
-                  f"(base {img.base}) has Slurm {slurm_text(img.slurm)}", doc.pos(where),
-                  f"build the image on base {newer[0] if newer else 'debian-13'}, or leave auth to munge")
-            return
+        where = (em.module.path + ("settings", "enable_slurm_auth") if "enable_slurm_auth" in em.explicit
+                 else ("vars", "enable_slurm_auth"))
+        newer = [b.name for b in BASES.values() if b.slurm >= (23, 11) and b.name.startswith("debian")]
+        c.add(f"enable_slurm_auth needs Slurm >= 23.11 (auth/slurm) on every node; image '{img.name}' "
+              f"(base {img.base}) has Slurm {slurm_text(img.slurm)}", doc.pos(where),
+              f"build the image on base {newer[0] if newer else 'debian-13'}, or leave auth to munge")
+        return
 
 
 def _image_of(em: ExpandedModule, images: dict[str, str]) -> str | None:
