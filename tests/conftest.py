@@ -6,6 +6,8 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "toolkit"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import diskwatch  # noqa: E402
 
 # Cluster Toolkit's own blueprints and modules, kept beside the repository (not copied into it).
 # CTK_FIXTURES points elsewhere (or at nothing, to see what skips without them).
@@ -43,6 +45,7 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
+    diskwatch.configure(config)
     config.addinivalue_line(
         "markers", f"ct_fixtures: reads {FIXTURES_REL}; skipped with the reason when it is absent")
     config.addinivalue_line(

@@ -3,6 +3,7 @@
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -241,12 +242,13 @@ class Background:
             time.sleep(0.5)
 
 
-def _background_build(bg: Background, state: str, blueprints, logs: str, first=None) -> bool:
+def _background_build(bg: Background, state: str, blueprints, logs: str, first=None, then: str = "") -> bool:
     """`ctk image build` of each blueprint in turn into STATE, at the lowest CPU and I/O priority,
-    once in this run; each one's --json result and log go to LOGS/NAME.json and LOGS/NAME.log."""
+    once in this run; each one's --json result and log go to LOGS/NAME.json and LOGS/NAME.log.
+    THEN: a shell command run after them, if all were built."""
     script = " && ".join(
-        f"{sys.executable} -m ctk image build {bp} --json > {logs}/{os.path.basename(bp)}.json "
-        f"2> {logs}/{os.path.basename(bp)}.log" for bp in blueprints)
+        [f"{sys.executable} -m ctk image build {bp} --json > {logs}/{os.path.basename(bp)}.json "
+         f"2> {logs}/{os.path.basename(bp)}.log" for bp in blueprints] + ([then] if then else []))
 
     def prepare():
         os.makedirs(logs, exist_ok=True)
@@ -334,8 +336,11 @@ def start_accel_builds(seed_from: str | None = None) -> None:
     def seed():  # finished layers only (a layer is renamed into place with its meta.json)
         if seed_from and os.path.realpath(seed_from) != os.path.realpath(state):
             link_layers(seed_from, state)
+    # Once built, the store's wheelhouse (3.4 GB of CUDA 12 wheels, installed in the jax layer)
+    # is not read again in this run: it goes, unless the store is one kept across runs.
+    prune = "" if os.environ.get("CTK_TEST_STATE_DIR") else f"rm -rf {shlex.quote(os.path.join(state, 'wheelhouse'))}"
     _background_build(_accel["bg"], state, [os.path.join(paths.BLUEPRINTS, bp) for bp in ACCEL_BLUEPRINTS],
-                      os.path.join(state, "accel-builds"), first=seed)
+                      os.path.join(state, "accel-builds"), first=seed, then=prune)
 
 
 # The elastic lab's soak (soak.py): at least 5 minutes of training jobs under random preemption,

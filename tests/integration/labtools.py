@@ -7,6 +7,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 
 from ctk.waiting import TimedOut, poll
@@ -43,6 +44,18 @@ class Lab:
                            cwd=os.path.join(self.path, "lab", "root"))
         if check:
             assert r.returncode == 0, f"{argv}: {r.stderr}"
+        return r
+
+    def destroy(self):
+        """`ctk destroy`, then, once it has stopped everything, the test's folder of the lab (its
+        accounting database alone is ~150 MB; a run deploys a dozen labs). Nothing still mounted
+        under it is gone through: the folder then stays."""
+        r = self.ctk("destroy", self.path)
+        top = os.path.dirname(self.path)
+        with open("/proc/self/mountinfo") as f:
+            mounted = any(line.split()[4].startswith(top + "/") for line in f)
+        if r.returncode == 0 and not mounted:
+            shutil.rmtree(top, ignore_errors=True)
         return r
 
     def status(self):

@@ -77,7 +77,7 @@ def lab(built, state, blueprint, tmp_path_factory):
         f.write(DIST)
     os.chown(script, 1900000, 1900000)
     yield lab
-    lab.ctk("destroy", lab.path)
+    lab.destroy()
 
 
 def srun_as_user(lab, *argv, timeout=180):

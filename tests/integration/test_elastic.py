@@ -41,7 +41,7 @@ def elab(lab_build, state, tmp_path_factory):
     lab = deploy(tmp_path_factory, state, "elastic", ELASTIC)
     shutil.copy(TRAIN, os.path.join(user_home(lab.path), "train.py"))
     yield lab
-    lab.ctk("destroy", lab.path)
+    lab.destroy()
 
 
 def power(lab) -> dict[str, tuple[str, bool, str]]:

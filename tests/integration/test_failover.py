@@ -25,7 +25,7 @@ HA = os.path.join(os.path.dirname(__file__), "blueprints", "ha-lab.yaml")
 def ha(lab_build, state, tmp_path_factory):
     lab = deploy(tmp_path_factory, state, "ha", HA)
     yield lab
-    lab.ctk("destroy", lab.path)
+    lab.destroy()
 
 
 def ping(lab) -> str:

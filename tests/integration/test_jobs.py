@@ -44,7 +44,7 @@ def _with_train(lab):
 def lab(lab_build, state, tmp_path_factory):
     lab = _with_train(deploy(tmp_path_factory, state, "jobs", LAB))
     yield lab
-    lab.ctk("destroy", lab.path)
+    lab.destroy()
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +55,7 @@ def lab3(lab_build, state, tmp_path_factory):
     bp.write_text(text.replace("deployment_name: lab", "deployment_name: lab3"))
     lab = _with_train(deploy(tmp_path_factory, state, "lab3", str(bp)))
     yield lab
-    lab.ctk("destroy", lab.path)
+    lab.destroy()
 
 
 def host_env(lab, tmp_path):

@@ -43,4 +43,4 @@ def test_a_debian_12_lab_still_deploys_and_runs_jax_smoke(lab12_store, tmp_path_
         wait_forgotten(lab, job)
         assert sacct_line(lab, job) == "FAILED|5:0"
     finally:
-        lab.ctk("destroy", lab.path)
+        lab.destroy()

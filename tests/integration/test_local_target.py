@@ -38,7 +38,7 @@ A3 = f"{FIXTURES}/examples/machine-learning/a3-megagpu-8g"
 def lab(lab_build, state, tmp_path_factory):
     lab = deploy(tmp_path_factory, state, "lab", LAB)
     yield lab
-    lab.ctk("destroy", lab.path)
+    lab.destroy()
 
 
 def test_every_compute_node_is_idle(lab):
@@ -420,7 +420,7 @@ def test_hpc_slurm_fixture_deploys_scaled_down(lab_build, state, tmp_path_factor
         r = lab.ctk("show", f"{FIXTURES}/examples/hpc-slurm.yaml", "--vars", "project_id=p,deployment_name=hpc")
         assert "Not deployed on target local" in r.stdout and "modules/network/vpc" in r.stdout
     finally:
-        lab.ctk("destroy", lab.path)
+        lab.destroy()
 
 
 @pytest.mark.ct_fixtures
@@ -445,7 +445,7 @@ def test_a3mega_fixture_schedules_8_gpus_and_refuses_9(lab_build, state, tmp_pat
         r = lab.slurm("sbatch", "-N1", "--gpus-per-node=9", "--wrap", "true", check=False)
         assert r.returncode != 0 and "Requested node configuration is not available" in r.stderr
     finally:
-        lab.ctk("destroy", lab.path)
+        lab.destroy()
 
 
 def test_ctk_env_runs_the_labs_own_slurm_commands_with_no_host_slurm(lab):
@@ -958,7 +958,7 @@ def test_auth_slurm_lab_runs_a_two_node_job_with_no_munge(state, tmp_path_factor
                     if os.path.isfile(p) and not os.path.islink(p) and os.path.getsize(p) == 1024:
                         assert open(p, "rb").read() != secret, p
     finally:
-        lab.ctk("destroy", lab.path)
+        lab.destroy()
 
 
 HEALTH = os.path.join(os.path.dirname(__file__), "blueprints", "health.yaml")
@@ -1011,4 +1011,4 @@ def test_health_check_drains_a_node_whose_stand_in_nvidia_smi_lists_7_of_8_gpus_
         out = lab.slurm("srun", "-N1", "-w", node, "hostname").stdout.strip()
         assert out == node
     finally:
-        lab.ctk("destroy", lab.path)
+        lab.destroy()

@@ -45,7 +45,7 @@ STEP_RE = re.compile(r"completed step: (\d+), seconds: [0-9.]+, .*? loss: ([0-9.
 def lab(lab_build, state, tmp_path_factory):
     lab = deploy(tmp_path_factory, state, "maxtext", BLUEPRINT)
     yield lab
-    lab.ctk("destroy", lab.path)
+    lab.destroy()
 
 
 def submit(lab, **params):

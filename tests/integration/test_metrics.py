@@ -28,7 +28,7 @@ BLUEPRINT = os.path.join(os.path.dirname(__file__), "blueprints", "metrics-lab.y
 def mlab(lab_build, state, tmp_path_factory):
     lab = deploy(tmp_path_factory, state, "metrics", BLUEPRINT)
     yield lab
-    lab.ctk("destroy", lab.path)
+    lab.destroy()
 
 
 def query(url: str, expr: str) -> list[dict]:

@@ -55,11 +55,12 @@ def test_never_collected():
 
 
 def run_sample(tmp_path, files: dict[str, str], **env) -> tuple[int, dict[str, tuple[str, str]], str]:
-    """pytest on the files beside a copy of tests/conftest.py: its exit code, each test's
+    """pytest on the files beside a copy of tests/conftest.py (and the plugin it loads): its exit code, each test's
     (outcome, message), and its output."""
     suite = tmp_path / "suite"
     suite.mkdir()
     shutil.copy(os.path.join(ROOT, "tests", "conftest.py"), suite / "conftest.py")
+    shutil.copy(os.path.join(ROOT, "tests", "diskwatch.py"), suite / "diskwatch.py")
     for name, text in files.items():
         (suite / name).write_text(text)
     clean = {k: v for k, v in os.environ.items() if not k.startswith("CTK_")}
