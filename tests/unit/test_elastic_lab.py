@@ -96,7 +96,9 @@ def test_the_lab_slurm_conf_powers_cloud_nodes_and_only_them(tmp_path):
     assert "timeout" not in files["etc/slurm/ctk-resume"] and "120" in files["etc/slurm/ctk-nodes-ready"]
     plain = local.lab_files(local.plan_lab(process(LAB).deployment, 3), str(tmp_path))
     assert "State=CLOUD" not in plain["etc/slurm/slurm.conf"] and "ResumeProgram" not in plain["etc/slurm/slurm.conf"]
-    assert not [k for k in plain if "ctk-" in k]
+    # no power scripts; the RebootProgram every lab has (the agent carries out Slurm's reboots)
+    assert [k for k in plain if "ctk-" in k] == ["etc/slurm/ctk-reboot"]
+    assert "RebootProgram=/etc/slurm/ctk-reboot" in plain["etc/slurm/slurm.conf"].splitlines()
 
 
 def test_the_power_scripts_hand_requests_to_the_agent_whole(tmp_path):

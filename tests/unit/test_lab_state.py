@@ -8,7 +8,8 @@ from ctk.targets.labclient import lab_user
 from ctk.targets.labstate import LabState, NodeRecord, load_state, save_state
 
 NODE = {"name": "lab-0", "role": "compute", "addr": "198.18.4.2", "port": 6818, "image": "ctk-local",
-        "nodeset": "lab", "host": 2, "dynamic": True, "spot": False, "flex": None, "hash": "0123456789abcdef"}
+        "nodeset": "lab", "host": 2, "dynamic": True, "spot": False, "flex": None, "hash": "0123456789abcdef",
+        "image_version": "jax-0123456789abcdef"}
 
 
 def test_a_finished_deploys_state_is_written_as_before(tmp_path):

@@ -118,6 +118,9 @@ class NodeLayout:
     # health_check_interval seconds in any node state; None: no health check.
     health_check: str | None = None
     health_check_interval: int = 300
+    # RebootProgram, what slurmd runs on a node that `scontrol reboot` reboots; None: none (a
+    # reboot is then refused).
+    reboot_program: str | None = None
     # Power saving (the lab's dynamic nodes): these nodes are State=CLOUD, powered up by
     # RESUME_PROGRAM when jobs need them and down by SUSPEND_PROGRAM after their partition's
     # SuspendTime; every other node is static (SuspendExcNodes). Empty: no power saving.
@@ -411,6 +414,8 @@ def _scheduling_params(dep: Deployment, layout: NodeLayout | None, has_gpus: boo
         scheduling += [("HealthCheckProgram", layout.health_check),
                        ("HealthCheckInterval", str(layout.health_check_interval)),
                        ("HealthCheckNodeState", "ANY")]
+    if layout is not None and layout.reboot_program:
+        scheduling.append(("RebootProgram", layout.reboot_program))
     scheduling += [
         ("SchedulerType", "sched/backfill"),
         ("SchedulerParameters", ",".join(_scheduler_parameters(layout))),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
@@ -69,6 +70,9 @@ class NodeSpec:
         return os.path.join(self.state_dir, "log")
 
 
+UPPER_LAYERS = "upper-layers.json"  # in a node's state dir: the layers its upper dir was written on
+
+
 def _pid_file(state_dir: str) -> str:
     return os.path.join(state_dir, "pid")
 
@@ -117,6 +121,38 @@ def dead_services(state_dir: str) -> list[str]:
         return []
 
 
+def booted_layers(state_dir: str) -> list[str] | None:
+    """The image layers (overlay lowerdirs) the node last booted, or None if it never booted."""
+    try:
+        with open(os.path.join(state_dir, "spec.json")) as f:
+            layers = json.load(f).get("lowerdirs")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return layers if isinstance(layers, list) else None
+
+
+def fresh_tree_for(spec: NodeSpec) -> None:
+    """Where the node's own tree (its overlay's upper and work dirs) was written on top of other
+    image layers than SPEC's, drop it: a node that boots another image starts from that image,
+    as a machine reimaged with it does. What is written there on top of one image's files would
+    hide the other's (an /etc/passwd written at boot hides the new image's accounts). What must
+    outlive a reboot is not there: homes, Slurm's state and the accounting database are the
+    lab's shared folders, bound into the node. UPPER_LAYERS records the layers, before the node
+    writes anything (a node whose boot failed has written on them too)."""
+    record = os.path.join(spec.state_dir, UPPER_LAYERS)
+    try:
+        with open(record) as f:
+            was = json.load(f)
+    except (OSError, ValueError):
+        was = booted_layers(spec.state_dir)  # a node an earlier ctk booted: its last spec's
+    if was is not None and was != spec.lowerdirs:
+        for d in ("upper", "work"):
+            shutil.rmtree(os.path.join(spec.state_dir, d), ignore_errors=True)
+    with open(record + ".tmp", "w") as f:
+        json.dump(spec.lowerdirs, f)
+    os.replace(record + ".tmp", record)
+
+
 def boot(spec: NodeSpec, timeout: float = 30.0) -> int:
     """Start the node in the background and wait until its services have been launched (each
     one that names a ready check once it passed, or its ready_timeout)."""
@@ -134,6 +170,7 @@ def boot(spec: NodeSpec, timeout: float = 30.0) -> int:
     record.update(root=spec.root, upper=spec.upper, work=os.path.join(spec.state_dir, "work"),
                   logdir=spec.logdir, ready_file=pid_file)
     spec_path = os.path.join(spec.state_dir, "spec.json")
+    fresh_tree_for(spec)
     with open(spec_path, "w") as f:
         json.dump(record, f, indent=1)
     init_log = open(os.path.join(spec.logdir, "nodeinit.log"), "ab")

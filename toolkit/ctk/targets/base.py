@@ -44,6 +44,10 @@ class NodeStatus:
     dead_services: list[str] = field(default_factory=list)
     slurm_state: str | None = None  # compute nodes: sinfo's state
     image: str | None = None  # local target
+    # local target: the build of its image the node runs (its top layer's key), and the one a
+    # roll-out is taking it to (None: none under way)
+    image_version: str | None = None
+    rolling_to: str | None = None
     ssh: dict | None = None  # local login nodes: how to reach them
     ssh_port: int | None = None  # ssh target
     reachable: bool | None = None  # ssh target: the host answered over SSH
@@ -135,8 +139,10 @@ class Status:
         if self.nodes:
             w = max(len(x.name) for x in self.nodes)
             power = any(x.power for x in self.nodes)
+            images = any(x.image_version for x in self.nodes)
+            iw = max([len(f"{x.image} {x.image_version}") for x in self.nodes if x.image_version] + [5])
             lines.append(f"{'NODE':<{w}}  {'ROLE':<10} {'ADDRESS':<14} {'DAEMONS':<8} "
-                         + (f"{'POWER':<14} " if power else "") + "SLURM")
+                         + (f"{'POWER':<14} " if power else "") + (f"{'IMAGE':<{iw}} " if images else "") + "SLURM")
             for x in self.nodes:
                 if x.running:
                     proc = "up"
@@ -147,14 +153,23 @@ class Status:
                 pw = (x.power or "static") + (" spot" if x.spot else "") + (" flex" if x.flex else "")
                 lines.append(f"{x.name:<{w}}  {x.role:<10} {x.addr:<14} {proc:<8} "
                              + (f"{pw if x.role == 'compute' else '':<14} " if power else "")
+                             + (f"{(f'{x.image} {x.image_version}') if x.image_version else '-':<{iw}} "
+                                if images else "")
                              + f"{x.slurm_state or '-'}")
         if self.partitions:
             lines += ["", f"{'PARTITION':<12} {'AVAIL':<6} {'NODES':>5}  {'STATE':<10} {'GRES':<14} NODELIST"]
             for p in self.partitions:
                 lines.append(f"{p.partition + ('*' if p.default else ''):<12} {p.avail:<6} {p.nodes:>5}  "
                              f"{p.state:<10} {p.gres:<14} {p.nodelist}")
+        rolling = [x for x in self.nodes if x.rolling_to]
+        if rolling:
+            lines += ["", f"roll-out under way: {len(rolling)} node(s) reboot into a new image once their jobs end "
+                      "(drained: no new job starts there)"]
+            lines += [f"  {x.name}: {x.image} {x.image_version or '?'} -> {x.rolling_to} ({x.slurm_state or '-'})"
+                      for x in rolling]
         if self.agent:
-            lines += ["", "lab agent (powers dynamic nodes up and down, preempts Spot nodes): " + self.agent]
+            lines += ["", "lab agent (reboots the nodes Slurm reboots, powers dynamic nodes up and down, preempts "
+                      "Spot nodes): " + self.agent]
             if self.agent == "down":
                 lines.append(f"  while it is down, no dynamic node powers up or down (jobs that need one pend, then "
                              f"Slurm marks the node DOWN after ResumeTimeout), and no preemption or flex-start "

@@ -17,6 +17,10 @@ lab's nodes do. It reads requests, one file each, from LAB/power/requests/:
                        process of the node gets SIGTERM, then SIGKILL 10 s later. The next job
                        that needs the node powers it up again.
 
+Slurm's reboots it carries out too: a node Slurm marks REBOOT_ISSUED (`scontrol reboot`, and the
+reboot when idle of a roll-out of a changed image, which `ctk deploy` asks for) is stopped and
+booted again from the spec it has now, so it comes back on its new image.
+
 It also takes back flex-start nodes at their max_run_duration, and with chaos_interval set,
 preempts a random powered-up Spot node at exponentially distributed intervals of that mean.
 Everything it does is a JSON line in LAB/power/events.log (time, event, node, jobs, by whom).
@@ -50,6 +54,9 @@ SYNC = 3.0  # seconds between looks at Slurm's view of the nodes (Agent.sync), f
 # marks the node powering up before its ResumeProgram has written the request.
 RESUME_GRACE = 2 * SYNC
 WORKERS = 8  # nodes booted or stopped at once
+# A node rebooted this long ago is not rebooted again while Slurm still shows it REBOOT_ISSUED
+# (until its slurmd registers, with a boot time after the reboot's).
+REBOOT_SETTLE = 30.0
 
 
 def request(power_dir: str, op: str, names: list[str], **kw: Any) -> str:
@@ -63,6 +70,12 @@ def request(power_dir: str, op: str, names: list[str], **kw: Any) -> str:
     path = os.path.join(d, f"{stamp}.{op}")
     os.replace(tmp, path)
     return path
+
+
+def image_version(lowerdirs: list[str]) -> str:
+    """Which build of its image a node boots: the key of the image's top layer (LAYERS/KEY/root,
+    first of the overlay's lowerdirs), which hashes every layer below it; "" for none."""
+    return os.path.basename(os.path.dirname(lowerdirs[0])) if lowerdirs else ""
 
 
 def read_events(power_dir: str) -> list[dict]:
@@ -108,6 +121,7 @@ class Agent:
         self.stopping = False
         self.next_sync = 0.0  # the first look is at once: an agent that was down finds what drifted
         self.powering_seen: dict[str, float] = {}  # sync: powering up in Slurm, no request seen: since
+        self.rebooted: dict[str, float] = {}  # nodes this agent rebooted: when (monotonic)
         if self.chaos:
             self.event("chaos", mean_interval=self.chaos, seed=seed)
 
@@ -178,6 +192,27 @@ class Agent:
             self.up_since.pop(name, None)
             if was:
                 self.event("stopped", name, why=why, seconds=round(time.monotonic() - t0, 2))
+        finally:
+            with self.lock:
+                self.busy.discard(name)
+
+    def _reboot(self, name: str) -> None:
+        """Slurm rebooted NAME (REBOOT_ISSUED): stopped, and booted from its spec, at the
+        earliest in the next second (slurmctld takes its registration only with a boot time
+        after the reboot's)."""
+        x = self.nodes[name]
+        try:
+            t0, issued = time.monotonic(), time.time()
+            nodes.stop(self.state_dir(name))
+            while time.time() < int(issued) + 1.0:
+                time.sleep(0.05)
+            netns.create(self.n, x["host"])
+            nodes.boot(nodes.NodeSpec.from_dict(x["spec"]))
+            self.rebooted[name] = time.monotonic()
+            self.event("rebooted", name, image=image_version(x["spec"]["lowerdirs"]),
+                       seconds=round(time.monotonic() - t0, 2))
+        except Exception as e:  # noqa: BLE001 - Slurm's ResumeTimeout then marks the node DOWN
+            self.event("reboot-failed", name, error=str(e)[-1000:])
         finally:
             with self.lock:
                 self.busy.discard(name)
@@ -277,7 +312,8 @@ class Agent:
           down again, which makes it idle (idle_on_node_suspend) and usable by the next job;
         - powering up (a resume this agent never saw: it died after taking the request), for
           RESUME_GRACE with no request in that time (one under way is not yet in the folder): booted;
-        - powered down in Slurm, yet running here (a suspend it never saw): stopped."""
+        - powered down in Slurm, yet running here (a suspend it never saw): stopped;
+        - REBOOT_ISSUED (^): rebooted, once (_reboot)."""
         out = self.slurm("sinfo", "-h", "-N", "-o", "%N %T") or ""
         states = {name: st for name, st in (ln.split() for ln in out.splitlines() if len(ln.split()) == 2)
                   if name in self.nodes}
@@ -292,6 +328,10 @@ class Agent:
                 self.powering_seen.pop(name, None)
                 continue  # ours is under way
             running = self.running(name)
+            if "^" in st:
+                if now - self.rebooted.get(name, -REBOOT_SETTLE) >= REBOOT_SETTLE and self.submit(name, self._reboot):
+                    self.event("reboot", name, state=st)
+                continue
             if st.startswith("down") and st.endswith("~") and not running:
                 self.slurm("scontrol", "update", f"NodeName={name}", "State=POWER_DOWN_FORCE",
                            "Reason=ctk: powered down again to be usable")

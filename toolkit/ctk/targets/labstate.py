@@ -61,6 +61,9 @@ class NodeRecord(LabNode):
     """A lab node as a deploy recorded it, with what it was booted with."""
 
     hash: str = ""  # spec_hash of the node it booted; "" until the deploy has booted it
+    # The build of its image it is to run (labagent.image_version): a node still on another one
+    # is being rolled out to it (status compares the two).
+    image_version: str = ""
 
 
 @dataclass

@@ -26,8 +26,8 @@ def power_dir(deployment_dir: str) -> str:
 
 
 def agent_config(plan: LabPlan, deployment_dir: str, specs: dict[str, nodes.NodeSpec]) -> dict:
-    """What the lab's agent needs: the nodes it may boot, stop or preempt, with the specs they
-    boot with, and the rehearsal's settings."""
+    """What the lab's agent needs: the nodes it may boot, stop, reboot or preempt (every compute
+    node), with the specs they boot with, and the rehearsal's settings."""
     lab = plan.dep.settings_of(LabSettings)
     return {"deployment_dir": os.path.abspath(deployment_dir), "n": plan.n,
             "preemption_notice": lab.preemption_notice, "flex_start_delay": lab.flex_start_delay,
@@ -35,7 +35,7 @@ def agent_config(plan: LabPlan, deployment_dir: str, specs: dict[str, nodes.Node
             "chaos_interval": lab.chaos_interval, "chaos_seed": lab.chaos_seed,
             "nodes": {x.name: {"host": x.host, "dynamic": x.dynamic, "spot": x.spot, "flex": x.flex,
                                "spec": asdict(specs[x.name])}
-                      for x in plan.nodes if x.dynamic or x.spot}}
+                      for x in plan.nodes if x.role == "compute"}}
 
 
 def start_agent(deployment_dir: str, config: dict) -> tuple[int, bool]:

@@ -22,10 +22,12 @@ from ...connect.base import IDENTITY_FILE
 from ...errors import UserError
 from ...model import Deployment, LabSettings
 from ...progress import Progress
+from ...render.hostlist import compress
 from ...sandbox import netns, secretfiles
 from ...sandbox import node as nodes
 from .. import leases
 from ..base import IDENTITY_HINT
+from ..labagent import image_version
 from ..labclient import client_node, slurm
 from ..labstate import LabNode, LabState, NodeRecord, lab_dir, load_state, save_state
 from .agent import agent_config, start_agent, stop_agent
@@ -45,6 +47,7 @@ from .identity import IDENTITY, identity_clash, lab_identity, new_identity
 from .plan import (
     DEFAULT_MAX_NODES,
     POWER_SCRIPTS,
+    REBOOT_SCRIPT,
     LabPlan,
     accounting,
     check_memory,
@@ -71,6 +74,7 @@ class DeployResult:
     kept: list[str]
     stopped: list[str]
     reconfigured: bool
+    rolling: list[str]  # compute nodes that reboot into their changed image once their jobs end
     notes: list[str]
     seconds: float
 
@@ -84,6 +88,7 @@ class _Nodes:
     restarted: list[str] = field(default_factory=list)
     kept: list[str] = field(default_factory=list)
     stopped: list[str] = field(default_factory=list)
+    rolling: list[str] = field(default_factory=list)
     records: list[NodeRecord] = field(default_factory=list)  # the state's nodes, with their hashes
     specs: dict[str, nodes.NodeSpec] = field(default_factory=dict)
     to_boot: list[tuple[LabNode, nodes.NodeSpec]] = field(default_factory=list)
@@ -201,7 +206,7 @@ def _write_files(plan: LabPlan, ldir: str, ident: dict) -> tuple[dict[str, str],
         if rel not in files and os.path.exists(os.path.join(ldir, rel)):
             os.unlink(os.path.join(ldir, rel))
             changed.append(rel)
-    for rel in POWER_SCRIPTS:
+    for rel in (*POWER_SCRIPTS, f"etc/slurm/{REBOOT_SCRIPT}"):
         if rel in files:
             os.chmod(os.path.join(ldir, rel), 0o755)
     return files, changed
@@ -231,7 +236,10 @@ def _sort_nodes(plan: LabPlan, specs: dict[str, nodes.NodeSpec], files: dict[str
                 old_nodes: dict[str, NodeRecord], node_set_changed: bool, run: _Nodes) -> None:
     """Decide each node's fate, in boot order, into RUN: kept (healthy, booted with the same
     spec, and no restart of every daemon needed), left powered down (a dynamic node), stopped
-    (a dynamic node that runs: slurmctld restarts with it powered down), or (re)booted."""
+    (a dynamic node that runs: slurmctld restarts with it powered down), rolled (a healthy
+    static compute node whose spec changed, its image most often: Slurm reboots it into it once
+    its jobs end, see _roll; its jobs outlive a restart of the controller, whose state is saved),
+    or (re)booted."""
     for x in sorted(plan.nodes, key=lambda x: {"controller": 0, "compute": 1, "login": 2}[x.role]):
         spec = specs[x.name]
         h = spec_hash(spec, files)
@@ -240,6 +248,8 @@ def _sort_nodes(plan: LabPlan, specs: dict[str, nodes.NodeSpec], files: dict[str
         prev = old_nodes.get(x.name)
         if healthy and prev is not None and prev.hash == h and not (node_set_changed and x.role != "login"):
             run.kept.append(x.name)
+        elif healthy and prev is not None and x.role == "compute" and not x.dynamic and not node_set_changed:
+            run.rolling.append(x.name)
         elif x.dynamic and not running_now:
             pass  # powered down: the agent boots it when a job needs it
         elif running_now and x.dynamic:  # slurmctld restarts with it powered down
@@ -253,7 +263,7 @@ def _sort_nodes(plan: LabPlan, specs: dict[str, nodes.NodeSpec], files: dict[str
             else:
                 run.booted.append(x.name)
             run.to_boot.append((x, spec))
-        run.records.append(NodeRecord(**asdict(x), hash=h))
+        run.records.append(NodeRecord(**asdict(x), hash=h, image_version=image_version(spec.lowerdirs)))
 
 
 def _bring_up(dep: Deployment, deployment_dir: str, plan: LabPlan, old: LabState | None, ident: dict | None,
@@ -290,19 +300,37 @@ def _bring_up(dep: Deployment, deployment_dir: str, plan: LabPlan, old: LabState
     if conf_changed and not node_set_changed and run.kept and any(r == plan.controller.name for r in run.kept):
         slurm(deployment_dir, "scontrol", "reconfigure")
         reconfigured = True
-    if plan.needs_agent:
-        start_agent(deployment_dir, agent_config(plan, deployment_dir, run.specs))
-    else:
-        stop_agent(deployment_dir)
+    # The agent runs in every lab: it carries out Slurm's reboots (a roll-out's), and powers
+    # dynamic nodes up and down, and preempts Spot nodes, where the lab has them.
+    start_agent(deployment_dir, agent_config(plan, deployment_dir, run.specs))
+    if run.rolling:
+        _roll(deployment_dir, plan, run.rolling, layers, progress)
     save_state(deployment_dir, LabState(n=n, deployment=dep.deployment_name, nodes=run.records, notes=plan.notes,
                                         max_nodes=max_nodes, complete=True, accounting=acct,
-                                        cluster=dep.slurm_cluster_name, agent=plan.needs_agent,
+                                        cluster=dep.slurm_cluster_name, agent=True,
                                         user=dep.settings_of(LabSettings).user, rest=rest_url(plan),
                                         metrics=metrics_url(plan)))
-    wait_nodes(deployment_dir, plan, ready_timeout, progress)
+    wait_nodes(deployment_dir, plan, ready_timeout, progress, but=run.rolling)
     if acct:
         wait_accounting(deployment_dir, plan, ready_timeout, progress)
     return reconfigured
+
+
+def _roll(deployment_dir: str, plan: LabPlan, names: list[str], layers: dict[str, list[str]],
+          progress: Progress) -> None:
+    """A rolling update of NAMES: Slurm drains each one (no new job starts there), and once its
+    jobs have ended reboots it (`scontrol reboot ASAP`, reboot when idle), which the agent does
+    with the node's new spec; the node then takes jobs again (nextstate=RESUME). An idle node
+    reboots at once; a running job is never cut short."""
+    by_image: dict[str, list[str]] = {}
+    for x in plan.nodes:
+        if x.name in names:
+            by_image.setdefault(x.image, []).append(x.name)
+    for image, group in sorted(by_image.items()):
+        version = layers[image][-1] if layers.get(image) else ""
+        progress.task(f"roll out image {image} ({version}) to {compress(group)}: each reboots once its jobs end")
+        slurm(deployment_dir, "scontrol", "reboot", "ASAP", "nextstate=RESUME",
+              f"reason=ctk roll-out: image {image} {version}", compress(group))
 
 
 def _undo(deployment_dir: str, n: int, old: LabState | None, run: _Nodes) -> None:
@@ -352,5 +380,9 @@ def deploy_local(dep: Deployment, deployment_dir: str, *, max_nodes: int = DEFAU
     except BaseException:
         _undo(deployment_dir, n, old, run)
         raise
+    notes = plan.notes + mem_notes
+    if run.rolling:
+        notes.append(f"rolling out a changed image to {compress(run.rolling)}: each node is drained and reboots into "
+                     "it once its jobs end (`ctk status` shows each node's image)")
     return DeployResult(deployment_dir, run.booted, run.restarted, run.kept, run.stopped, reconfigured,
-                        plan.notes + mem_notes, time.monotonic() - t0)
+                        run.rolling, notes, time.monotonic() - t0)

@@ -43,6 +43,7 @@ from .plan import (
     PROMETHEUS_CONF_IN_NODE,
     PROMETHEUS_PORT,
     READY_SCRIPT,
+    REBOOT_SCRIPT,
     REST_PORT,
     RESUME_SCRIPT,
     SLURM_KEY_IN_NODE,
@@ -66,6 +67,14 @@ set -eu
 t=$(date +%s.%N)
 printf '%s %s\\n' {op} "$1" > "{POWER_DIR_IN_NODE}/.$t.$$"
 mv "{POWER_DIR_IN_NODE}/.$t.$$" "{POWER_DIR_IN_NODE}/$t.$$.{op}"
+"""
+
+
+REBOOT_TEXT = """#!/bin/sh
+# Written by ctk: the lab's RebootProgram. slurmd runs it when Slurm reboots this node; it does
+# nothing here. Slurm then marks the node REBOOT_ISSUED, and the lab's agent on the host stops
+# the node and boots it again from its image (the one the last `ctk deploy` gave it).
+exit 0
 """
 
 
@@ -99,6 +108,7 @@ def lab_files(plan: LabPlan, ldir: str) -> dict[str, str]:
     if any(ns.gpu_count for ns in plan.dep.nodesets):
         files["etc/slurm/gres.conf"] = render_gres_conf(plan.dep, layout=lay)
     files["ssh_config"] = ssh_config(plan, ldir)
+    files[f"etc/slurm/{REBOOT_SCRIPT}"] = REBOOT_TEXT
     if metrics_url(plan):
         files["etc/prometheus.yml"] = prometheus_conf(plan)
     if plan.cloud_nodes:

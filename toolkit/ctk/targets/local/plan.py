@@ -41,6 +41,10 @@ DBD_PORT_SLOT = leases.PORTS_PER_LEASE - 2  # the nodes use the slots below it
 RESUME_SCRIPT, SUSPEND_SCRIPT, READY_SCRIPT = "ctk-resume", "ctk-suspend", "ctk-nodes-ready"
 POWER_SCRIPTS = tuple(f"etc/slurm/{x}" for x in (RESUME_SCRIPT, SUSPEND_SCRIPT, READY_SCRIPT))
 POWER_DIR_IN_NODE = "/var/spool/ctk-power"
+# RebootProgram in every node: it does nothing there. A node Slurm reboots (`scontrol reboot`,
+# a roll-out's reboot when idle) is marked REBOOT_ISSUED, and the lab's agent on the host, which
+# watches for that mark, stops the node and boots it from its image, as a cloud's reboot call.
+REBOOT_SCRIPT = "ctk-reboot"
 
 
 @dataclass
@@ -276,6 +280,7 @@ def layout(plan: LabPlan) -> NodeLayout:
         slurmctld_timeout=BACKUP_SLURMCTLD_TIMEOUT if backup else 120,
         task_prolog=JAX_TASK_PROLOG if all(images[x.image].python for x in computes) else None,
         health_check=HEALTH_CHECK,
+        reboot_program=f"/etc/slurm/{REBOOT_SCRIPT}",
         # A wave of short jobs on the lab's few small nodes starts as soon as the last one
         # ends, not up to 3 s later (200 one-CPU tasks on the debug partition: 133 s with
         # Slurm's default, bench/array.py).

@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import TypeVar
 
 from ...progress import Progress
@@ -94,8 +94,9 @@ def checked(deployment_dir: str, plan: LabPlan, check: Callable[[], T]) -> Calla
     return run
 
 
-def wait_nodes(deployment_dir: str, plan: LabPlan, timeout: float, progress: Progress) -> None:
-    """Until every compute node of the lab takes jobs (at most TIMEOUT seconds)."""
+def wait_nodes(deployment_dir: str, plan: LabPlan, timeout: float, progress: Progress, but: Collection[str] = ()) -> None:
+    """Until every compute node of the lab takes jobs (at most TIMEOUT seconds), BUT those
+    (a roll-out's, drained until their jobs end)."""
     def timed_out(states: str) -> DaemonError:
         ctl = plan.controller.name if plan.controller else None
         lines = log_errors(os.path.join(lab_dir(deployment_dir), "nodes", ctl, "log", "slurmctld.log")) if ctl else []
@@ -105,7 +106,8 @@ def wait_nodes(deployment_dir: str, plan: LabPlan, timeout: float, progress: Pro
                            hint=f"see the nodes' logs in {os.path.join(lab_dir(deployment_dir), 'nodes')}/NODE/log")
 
     wait_ready(checked(deployment_dir, plan, lambda: node_states(deployment_dir)),
-               [x.name for x in plan.nodes if x.role == "compute"], timeout, progress, 0.3, timed_out)
+               [x.name for x in plan.nodes if x.role == "compute" and x.name not in but], timeout, progress, 0.3,
+               timed_out)
 
 
 def wait_accounting(deployment_dir: str, plan: LabPlan, timeout: float, progress: Progress) -> None:

@@ -16,7 +16,7 @@ from ..base import (
     parse_partitions,
     power_state,
 )
-from ..labagent import agent_pid, read_events
+from ..labagent import agent_pid, image_version, read_events
 from ..labclient import client_node, slurm
 from ..labstate import LabState, lab_dir, load_state
 from .agent import power_dir
@@ -41,6 +41,11 @@ def node_states(deployment_dir: str) -> dict[str, str]:
     return parse_node_states(out) if out is not None else {}
 
 
+def booted_version(state_dir: str) -> str | None:
+    """The build of its image a running node booted (from the spec it was booted with)."""
+    return image_version(nodes.booted_layers(state_dir) or []) or None
+
+
 def cluster_registered(deployment_dir: str, cluster: str) -> bool | None:
     """Whether slurmdbd answers and knows CLUSTER (None: it does not answer)."""
     out = ask(deployment_dir, "sacctmgr", "-n", "-P", "show", "cluster", "format=cluster")
@@ -61,8 +66,11 @@ def _node_statuses(deployment_dir: str, state: LabState) -> tuple[list[NodeStatu
             ssh = {"host": x.addr, "port": x.port, "user": state.user or "root", "identity": ssh_key(ldir),
                    "ssh_config": os.path.join(os.path.abspath(ldir), "ssh_config")}
         sst = slurm_states.get(x.name) if x.role == "compute" else None
+        booted = booted_version(sd) if running else None
         out_nodes.append(NodeStatus(x.name, x.role, x.addr, running and not dead, dead, sst,
-                                    image=x.image, ssh=ssh,
+                                    image=x.image, ssh=ssh, image_version=booted,
+                                    rolling_to=(x.image_version if booted and x.image_version
+                                                and booted != x.image_version else None),
                                     power=power_state(sst, running) if x.dynamic else None,
                                     spot=True if x.spot else None,
                                     flex=True if x.flex else None))

@@ -9,6 +9,7 @@ from dataclasses import asdict
 from ...errors import UserError
 from ...model import Deployment
 from ...progress import Progress
+from ...render.hostlist import compress
 from ..base import DeployOutcome, Status, Target
 from ..labclient import LabCluster, job_cluster
 from ..labstate import lab_dir, load_state
@@ -29,11 +30,14 @@ class LocalTarget(Target):
     def deploy(self, exp, dep: Deployment, deployment_dir: str, *, max_nodes: int | None,
                progress: Progress) -> DeployOutcome:
         res = deploy_local(dep, deployment_dir, max_nodes=max_nodes or DEFAULT_MAX_NODES, progress=progress)
-        total = len(res.booted) + len(res.restarted) + len(res.kept)
+        total = len(res.booted) + len(res.restarted) + len(res.kept) + len(res.rolling)
         return DeployOutcome([
             f"{dep.deployment_name}: {total} node(s) up in {res.seconds:.1f}s "
             f"(booted {len(res.booted)}, restarted {len(res.restarted)}, unchanged {len(res.kept)}"
+            + (f", rolling out a new image to {len(res.rolling)}" if res.rolling else "")
             + (", reconfigured" if res.reconfigured else "") + ")",
+            *([f"roll-out: {compress(res.rolling)} reboot into the new image once their jobs end; follow it with "
+               f"ctk status {deployment_dir}"] if res.rolling else []),
             f'use it:   eval "$(ctk env {deployment_dir})"; sinfo; srun -N2 hostname',
             f"stop it:  ctk destroy {deployment_dir}"], asdict(res))
 
