@@ -145,6 +145,14 @@ def final_line(text):
     return lines[0]
 
 
+def uninterrupted(lab, ckpt, steps):
+    """The final line of train.py's STEPS on 2 nodes of the debug partition, never interrupted."""
+    r = lab.ctk("job", "submit", "jax-train", "--deployment", lab.path, "--nodes", "2", "--set", "partition=debug",
+                "--wait", *train_cmd(ckpt, steps, 0))
+    assert r.returncode == 0, r.stderr
+    return final_line(lab.ctk("job", "logs", r.stdout.strip(), "--deployment", lab.path).stdout)
+
+
 def submit_preemptible(lab, ckpt, steps, sleep, **params):
     from ctk.jobs import submit
     return submit("jax-train", {"nodes": 2, "partition": "debug", "preemptible": True, **params}, lab.path,

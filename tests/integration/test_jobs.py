@@ -19,9 +19,8 @@ from .conftest import LAB, LAB_USER, USER_HOME, ctk, user_home
 from .labtools import (
     check_resumed,
     deploy,
-    final_line,
     submit_preemptible,
-    train_cmd,
+    uninterrupted,
     until,
     wait_for_step,
 )
@@ -104,13 +103,6 @@ def test_every_template_variant_passes_sbatch_test_only_on_the_lab(lab):
 
 
 # ---- train.py, requeued mid-run ----------------------------------------------------------
-
-
-def uninterrupted(lab, ckpt, steps):
-    r = lab.ctk("job", "submit", "jax-train", "--deployment", lab.path, "--nodes", "2", "--set", "partition=debug",
-                "--wait", *train_cmd(ckpt, steps, 0))
-    assert r.returncode == 0, r.stderr
-    return final_line(lab.ctk("job", "logs", r.stdout.strip(), "--deployment", lab.path).stdout)
 
 
 def wait_through_requeue(lab, job, timeout=240):

@@ -246,7 +246,9 @@ def _sort_nodes(plan: LabPlan, specs: dict[str, nodes.NodeSpec], files: dict[str
         running_now = nodes.node_alive(spec.state_dir) is not None  # up, or booting (a killed deploy's)
         healthy = nodes.node_pid(spec.state_dir) is not None and not nodes.dead_services(spec.state_dir)
         prev = old_nodes.get(x.name)
-        if healthy and prev is not None and prev.hash == h and not (node_set_changed and x.role != "login"):
+        # still on the image it had before a roll-out that has not reached it yet (its jobs run)
+        behind = x.role == "compute" and nodes.booted_layers(spec.state_dir) not in (None, spec.lowerdirs)
+        if healthy and prev is not None and prev.hash == h and not behind and not (node_set_changed and x.role != "login"):
             run.kept.append(x.name)
         elif healthy and prev is not None and x.role == "compute" and not x.dynamic and not node_set_changed:
             run.rolling.append(x.name)
