@@ -75,6 +75,35 @@ def parse_release(text: str) -> tuple[int, int] | None:
     """(26, 5) from "26.05"; None for what is no Slurm release."""
     m = re.fullmatch(r"(\d+)\.(\d\d)", text)
     return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+# Slurm's major releases before its 6-month cycle (from 24.05: every May and November).
+_EARLIER_RELEASES = ((20, 2), (20, 11), (21, 8), (22, 5), (23, 2), (23, 11))
+
+
+def releases_after(old: tuple[int, int], new: tuple[int, int]) -> int:
+    """How many major releases NEW is after OLD (0: the same; 1: the next one)."""
+    def index(r: tuple[int, int]) -> float:
+        if r in _EARLIER_RELEASES:
+            return _EARLIER_RELEASES.index(r) - len(_EARLIER_RELEASES)  # 23.11 is -1: 24.05 is 0
+        return (r[0] - 24) * 2 + (1 if r[1] >= 11 else 0)
+    return int(index(new) - index(old))
+
+
+def slurm_change_refusal(old: tuple[int, int], new: tuple[int, int]) -> str | None:
+    """Why a cluster whose daemons ran Slurm OLD cannot move to NEW in place (its saved state and
+    accounting database kept), or None where it can. SchedMD's rule: slurmdbd and slurmctld take
+    the state and records of the previous two major releases, three from 24.11 on; never of a
+    later release."""
+    if new < old:
+        return (f"Slurm {slurm_text(old)} wrote the controller's saved state and the accounting database; "
+                f"Slurm {slurm_text(new)} cannot read them (Slurm never goes back a release)")
+    window = 3 if new >= (24, 11) else 2
+    if releases_after(old, new) > window:
+        return (f"Slurm {slurm_text(new)} reads the saved state and accounting records of at most {window} "
+                f"releases back, and {slurm_text(old)} is {releases_after(old, new)} releases back (SchedMD's "
+                "upgrade rule): upgrade in steps")
+    return None
 BASE_PYTHON = {name: b.python_release for name, b in BASES.items()}  # "debian-13" -> "3.13"
 
 

@@ -43,7 +43,7 @@ from .files import (
     ssh_keys,
     user_home,
 )
-from .identity import IDENTITY, identity_clash, lab_identity, new_identity
+from .identity import IDENTITY, identity_clash, lab_identity, new_identity, slurm_change
 from .plan import (
     DEFAULT_MAX_NODES,
     POWER_SCRIPTS,
@@ -132,8 +132,8 @@ def _check_folder(dep: Deployment, deployment_dir: str, ldir: str) -> dict | Non
     return ident
 
 
-def _plan(dep: Deployment, deployment_dir: str, n: int, old: LabState | None,
-          max_nodes: int) -> tuple[LabPlan, list[str]]:
+def _plan(dep: Deployment, deployment_dir: str, n: int, old: LabState | None, max_nodes: int,
+          held: dict | None) -> tuple[LabPlan, list[str]]:
     """The lab's plan and the notes of its memory check; a refusal of a lab that never ran
     gives its lease back."""
     ldir = os.path.abspath(lab_dir(deployment_dir))
@@ -141,6 +141,9 @@ def _plan(dep: Deployment, deployment_dir: str, n: int, old: LabState | None,
                if nodes.node_alive(os.path.join(ldir, "nodes", x.name)) is not None}
     try:
         plan = plan_lab(dep, n, max_nodes)
+        refusal = slurm_change(deployment_dir, held, dep)
+        if refusal:
+            raise refusal
         return plan, check_memory(plan, running)
     except UserError:
         if old is None:  # refused before anything ran: the lease goes back
@@ -364,7 +367,7 @@ def deploy_local(dep: Deployment, deployment_dir: str, *, max_nodes: int = DEFAU
     ident = _check_folder(dep, deployment_dir, os.path.abspath(lab_dir(deployment_dir)))
     n = leases.lease(deployment_dir)
     old = load_state(deployment_dir)
-    plan, mem_notes = _plan(dep, deployment_dir, n, old, max_nodes)
+    plan, mem_notes = _plan(dep, deployment_dir, n, old, max_nodes, ident)
     # A lab left running when its folder was removed holds this lease's addresses: stop it.
     orphans = stop_leftovers(deployment_dir, only_orphans=True)
     if orphans:

@@ -8,7 +8,8 @@ import json
 import os
 
 from ...connect.base import next_identity
-from ...model import Deployment
+from ...errors import UserError
+from ...model import Deployment, parse_release, slurm_change_refusal, slurm_text
 from ..labstate import lab_dir, load_state
 
 # What `ctk destroy` keeps of a lab (its users' and its accounting's data), by folder of lab/,
@@ -17,13 +18,39 @@ from ..labstate import lab_dir, load_state
 KEPT = (("home", "/home of every node"), ("root", "/root of every node"),
         ("slurmdbd", "the accounting database (sacct's history)"),
         ("slurmctld", "the controller's saved state (queued jobs, the next job id)"))
-IDENTITY = "identity.json"  # the cluster lab/ belongs to: {"cluster", "deployment", "id"}
+# The cluster lab/ belongs to: {"cluster", "deployment", "id", "slurm"}; "slurm": the Slurm
+# release its daemons run (that wrote its saved state and accounting records), "24.11".
+IDENTITY = "identity.json"
 
 
 def new_identity(held: dict | None, dep: Deployment) -> dict:
     """lab/identity.json for a deploy of DEP: the id of the cluster whose data lab/ keeps (HELD,
     the same cluster: another one was refused or set aside), else a new one (next_identity)."""
-    return {**next_identity(held, dep.slurm_cluster_name), "deployment": dep.deployment_name}
+    release = dep.slurm()
+    return {**next_identity(held, dep.slurm_cluster_name), "deployment": dep.deployment_name,
+            **({"slurm": slurm_text(release)} if release else {})}
+
+
+def slurm_change(deployment_dir: str, held: dict | None, dep: Deployment) -> UserError | None:
+    """The refusal of a deploy of DEP that would run a Slurm release onto data (saved state,
+    accounting records) that it cannot take, kept in DEPLOYMENT_DIR/lab by a cluster (HELD) of
+    another release; None where Slurm can take it (the same release, or an upgrade in SchedMD's
+    window, which the deploy does in SchedMD's order: slurmdbd, slurmctld, then each slurmd as
+    its jobs end)."""
+    old = parse_release(str((held or {}).get("slurm") or ""))
+    new = dep.slurm()
+    why = slurm_change_refusal(old, new) if old and new else None
+    if why is None:
+        return None
+    assert old is not None and new is not None
+    if new < old:
+        hint = (f"deploy it with Slurm {slurm_text(old)} or later (the image's base or slurm_release), or start the "
+                f"cluster over: `ctk destroy {deployment_dir} --purge` deletes its saved state and accounting")
+    else:
+        hint = ("upgrade through a release in between (each deploy an upgrade in the window): the images' base or "
+                "slurm_release")
+    return UserError(f"{deployment_dir} holds a cluster of Slurm {slurm_text(old)}; the blueprint's images run "
+                     f"Slurm {slurm_text(new)}: {why}", hint=hint)
 
 
 def identity_clash(deployment_dir: str, held: dict, dep: Deployment) -> str:
