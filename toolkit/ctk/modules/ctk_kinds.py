@@ -29,7 +29,7 @@ IMAGE = ModuleKind(
         _in("roles", "list(string)", ["common", "munge", "slurm", "jax"], "Ansible roles, applied in this order."),
         _in("stack", "string", None, "Software stack from images/stacks.yaml (ctk stack list); it must be "
             "locked for the base's Python. null: the newest CPU stack for the base's Python."),
-        _in("extra_playbooks", "list(string)", [], "Further playbooks run after the roles."),
+        _in("extra_playbooks", "list(string)", [], "Refused for now: no image build of ctk's runs them yet."),
         _in("transformer_engine", "string", None, "Transformer Engine release (e.g. \"2.20.2\") built into the "
             "JAX venv of a CUDA stack, against the cuda role's toolkit; null: none."),
         _in("pyxis", "object", None, "With the pyxis role, where the nodes lack NVIDIA's enroot or pyxis: the "

@@ -64,6 +64,7 @@ def plan(exp: Expanded, c: Collector, stacks: dict[str, Stack] | None = None) ->
     if dep.traits.boots_slurm_gcp_images:
         _images.on_slurm_gcp_images(exp, dep, c)
     _images.unique_names(exp, dep, c)
+    _images.no_extra_playbooks(exp, dep, c)
     _images.roles_and_pyxis(exp, dep, c)
     _images.slurm_releases(exp, dep, c)
     _images.pick_stacks(exp, dep, c, stacks)

@@ -89,6 +89,17 @@ def unique_names(exp: Expanded, dep: Deployment, c: Collector) -> None:
                   exp.blueprint.doc.pos(where), "give one of them another name")
 
 
+def no_extra_playbooks(exp: Expanded, dep: Deployment, c: Collector) -> None:
+    """extra_playbooks is refused where it is given: no builder of ctk's runs them yet, and an
+    image that silently lacked what they install would be worse than no image."""
+    for img in dep.images + dep.containers:
+        if img.extra_playbooks:
+            em = module_of(exp, img.module_id)
+            c.add(f"image '{img.name}': extra_playbooks are not run by ctk's image builds (yet)",
+                  exp.blueprint.doc.pos(em.module.path + ("settings", "extra_playbooks")),
+                  "make what they do an Ansible role of ctk's images (docs/images-and-stacks.md), or leave them out")
+
+
 def _accelerator(img: ImageSpec, exp: Expanded, dep: Deployment) -> str:
     """The accelerator of the stack ctk picks for an image that names none: CPU for ctk's own
     images; CUDA 12 for a Cluster Toolkit image built on or for GPU machines."""
