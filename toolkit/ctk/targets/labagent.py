@@ -122,6 +122,7 @@ class Agent:
         self.next_sync = 0.0  # the first look is at once: an agent that was down finds what drifted
         self.powering_seen: dict[str, float] = {}  # sync: powering up in Slurm, no request seen: since
         self.rebooted: dict[str, float] = {}  # nodes this agent rebooted: when (monotonic)
+        self.last_error: dict[str, str] = {}  # a Slurm command's last failure, while it repeats
         if self.chaos:
             self.event("chaos", mean_interval=self.chaos, seed=seed)
 
@@ -138,16 +139,22 @@ class Agent:
                 f.write(json.dumps(rec, sort_keys=True) + "\n")
 
     def slurm(self, *argv: str) -> str | None:
-        """One of the lab's Slurm commands (in its client node); its output, or None."""
+        """One of the lab's Slurm commands (in its client node); its output, or None. A failure
+        is an event, once while it repeats (a deploy restarting the client node fails every
+        look at Slurm until it is back)."""
         try:
             r = slurm(self.dir, *argv, timeout=30, check=False)
+            error = r.stderr.strip()[-500:] if r.returncode != 0 else None
         except Exception as e:  # noqa: BLE001 - the agent keeps going; the event says why
-            self.event("slurm-error", command=" ".join(argv), error=str(e))
-            return None
-        if r.returncode != 0:
-            self.event("slurm-error", command=" ".join(argv), error=r.stderr.strip()[-500:])
-            return None
-        return r.stdout
+            error = str(e)
+        key = " ".join(argv)
+        if error is None:
+            self.last_error.pop(key, None)
+            return r.stdout
+        if self.last_error.get(key) != error:
+            self.last_error[key] = error
+            self.event("slurm-error", command=key, error=error)
+        return None
 
     # ---- nodes ----------------------------------------------------------------------------
 
