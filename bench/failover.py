@@ -8,7 +8,7 @@ enable_backup_controller: the lab's SlurmctldTimeout is then 10 s) into a tempor
 then each round: a 2-node job running and in the saved state; kill -9 of the primary's
 slurmctld; the time until `sbatch` is accepted (by the backup) and until that job ends; then
 `ctk deploy` again and the time until the primary is in control (`scontrol ping`). It destroys
-the lab at the end. Figures: each round's, and the medians.
+the lab, and removes its folder, at the end. Figures: each round's, and the medians.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -89,7 +90,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    dep = os.path.join(tempfile.mkdtemp(prefix="ctk-bench-failover-"), "dep")
+    top = tempfile.mkdtemp(prefix="ctk-bench-failover-")
+    dep = os.path.join(top, "dep")
     ctk("deploy", HA, "-o", dep, "-q")
     try:
         st = json.loads(ctk("status", dep, "--json").stdout)
@@ -108,7 +110,8 @@ def main() -> int:
                   f"kill (SlurmctldTimeout 10 s); its first job done at {med['first_job_done_s']} s; `ctk deploy` "
                   f"puts the primary back in control in {med['primary_back_s']} s")
     finally:
-        ctk("destroy", dep, check=False)
+        if ctk("destroy", dep, "--purge", check=False).returncode == 0:
+            shutil.rmtree(top, ignore_errors=True)
     return 0
 
 
