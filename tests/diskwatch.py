@@ -106,10 +106,28 @@ class DiskWatch:
                       f"{end / GIB:.1f} GiB at the end")
 
 
+class Timeline:
+    """CTK_TEST_TIMELINE=FILE: a line per test phase as the controller hears of it (seconds since
+    the run began, the worker, the phase, its duration, the test), to see where a run's wall time
+    goes: which worker idles, which module ends last."""
+
+    def __init__(self, path: str):
+        self.f = open(path, "w", buffering=1)
+        self.t0 = time.monotonic()
+
+    def pytest_runtest_logreport(self, report):
+        worker = getattr(report, "node", None)
+        gw = getattr(worker, "gateway", None)
+        self.f.write(f"{time.monotonic() - self.t0:.1f}\t{getattr(gw, 'id', '-')}\t{report.when}\t"
+                     f"{report.duration:.1f}\t{report.nodeid}\n")
+
+
 def configure(config) -> None:
     """Called from the root conftest's pytest_configure, in the controller process only."""
     if hasattr(config, "workerinput"):
         return
+    if os.environ.get("CTK_TEST_TIMELINE"):
+        config.pluginmanager.register(Timeline(os.environ["CTK_TEST_TIMELINE"]), "ctk-timeline")
     root = pytest_root()
     unmounted = unmount_leftovers(root) if os.path.isdir(root) and os.geteuid() == 0 else []
     watch = DiskWatch(root if os.path.isdir(root) else os.path.dirname(root))
