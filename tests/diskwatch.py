@@ -63,12 +63,21 @@ def unmount_leftovers(root: str) -> list[str]:
     whose pytest still runs (a pytest started by a test, beside the run that started it); what
     was unmounted."""
     top = root.rstrip("/") + "/"
-    inside = [m for m in _mountpoints()
-              if m.startswith(top) and not _live(top + m[len(top):].split("/", 1)[0])]
+    def leftovers() -> list[str]:
+        return [m for m in _mountpoints() if m.startswith(top) and not _live(top + m[len(top):].split("/", 1)[0])]
+
     done = []
-    for m in sorted(set(inside), key=len, reverse=True):
-        if subprocess.run(["umount", "-l", m], capture_output=True).returncode == 0:
-            done.append(m)
+    for _ in range(8):  # mounts stacked on one path go one per round
+        inside = leftovers()
+        if not inside:
+            break
+        for m in sorted(set(inside), key=len, reverse=True):
+            if subprocess.run(["umount", "-l", m], capture_output=True).returncode == 0:
+                done.append(m)
+    left = leftovers()
+    if left:
+        raise RuntimeError(f"still mounted under {root} after umount -l: {sorted(set(left))}; pytest would delete "
+                           "through them: unmount them by hand")
     return done
 
 

@@ -48,15 +48,17 @@ def test_a_changed_image_rolls_out_over_a_running_training_job(rlab, tmp_path):
     old = {x["image_version"] for x in before.values()}
     assert len(before) == 2 and len(old) == 1 and not any(x.get("rolling_to") for x in before.values()), before
 
-    from ctk.jobs import submit
-    job = submit("jax-train", {"nodes": 2, "partition": "debug"}, lab.path,
-                 command=train_cmd("ckpt-rolled", STEPS, 0.5)[1:])
-    wait_for_step(job, 3)
-
     v2 = tmp_path / "rollout-v2.yaml"
     text = open(BLUEPRINT).read()
     assert ROLES in text
     v2.write_text(text.replace(ROLES, "roles: [common, munge, slurm, jax, metrics]"))
+    r = lab.ctk("image", "build", str(v2), timeout=900)  # built first: the job must outlast the deploy
+    assert r.returncode == 0, r.stderr[-3000:]
+
+    from ctk.jobs import submit
+    job = submit("jax-train", {"nodes": 2, "partition": "debug"}, lab.path,
+                 command=train_cmd("ckpt-rolled", STEPS, 0.5)[1:])
+    wait_for_step(job, 3)
     r = lab.ctk("deploy", str(v2), "-o", lab.path, "--json", timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     res = json.loads(r.stdout)

@@ -187,7 +187,10 @@ def _agent(tmp_path, **cfg):
     nodes = {"n-0": {"host": 2, "dynamic": True, "spot": True, "flex": None,
                      "spec": {"state_dir": str(tmp_path / "nodes" / "n-0")}},
              "f-0": {"host": 3, "dynamic": True, "spot": False, "flex": 600,
-                     "spec": {"state_dir": str(tmp_path / "nodes" / "f-0")}}}
+                     "spec": {"state_dir": str(tmp_path / "nodes" / "f-0")}},
+             # a static node: the agent knows it for Slurm's reboots only
+             "s-0": {"host": 4, "dynamic": False, "spot": False, "flex": None,
+                     "spec": {"state_dir": str(tmp_path / "nodes" / "s-0")}}}
     path = tmp_path / "power" / "agent.json"
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps({"deployment_dir": str(tmp_path), "n": 1, "nodes": nodes, "preemption_notice": 30,
@@ -212,6 +215,17 @@ def test_the_agent_reads_whole_requests_in_order_and_a_flex_node_waits_for_its_c
     labagent.request(agent.power, "preempt", ["n-0"], notice=1)
     agent.tick()
     assert agent.notices == {}  # n-0 is not running: nothing to preempt
+
+
+def test_power_requests_leave_a_static_node_alone(tmp_path):
+    """The agent knows every compute node (it carries out Slurm's reboots), but power requests
+    are for dynamic and Spot nodes: a resume, suspend or preempt naming a static one does nothing."""
+    agent = _agent(tmp_path)
+    for op in ("resume", "suspend", "preempt"):
+        labagent.request(agent.power, op, ["s-0"])
+        agent.tick()
+    assert agent.boot_at == {} and agent.capacity_at == {} and agent.notices == {} and agent.busy == set()
+    assert labagent.read_events(agent.power) == []
 
 
 def test_a_resumed_node_boots_boot_delay_after_the_request_and_not_if_suspended_first(tmp_path):

@@ -25,3 +25,11 @@ def test_a_downgrade_and_a_jump_past_the_window_are_refused_saying_why():
     why = slurm_change_refusal((22, 5), (24, 11))
     assert "at most 3 releases back" in why and "4 releases back" in why and "upgrade in steps" in why
     assert "at most 2 releases back" in slurm_change_refusal((20, 2), (22, 5))  # before 24.11: two
+
+
+def test_a_refused_jump_names_the_deploys_in_between_from_what_ctks_images_offer():
+    from ctk.targets.local.identity import _upgrade_path
+    assert _upgrade_path((22, 5), (26, 5)) == (
+        "upgrade in steps: deploy the cluster on Slurm 23.11 (base ubuntu-24.04), then Slurm 24.11 (base debian-13), "
+        "then on 26.05")
+    assert _upgrade_path((22, 5), (24, 11)).endswith("Slurm 23.11 (base ubuntu-24.04), then on 24.11")

@@ -97,7 +97,8 @@ def no_extra_playbooks(exp: Expanded, dep: Deployment, c: Collector) -> None:
             em = module_of(exp, img.module_id)
             c.add(f"image '{img.name}': extra_playbooks are not run by ctk's image builds (yet)",
                   exp.blueprint.doc.pos(em.module.path + ("settings", "extra_playbooks")),
-                  "make what they do an Ansible role of ctk's images (docs/images-and-stacks.md), or leave them out")
+                  "leave them out; what they do can become a role of ctk's own (ansible/roles in ctk's "
+                  "source, listed in the image's roles: docs/images-and-stacks.md)")
 
 
 def _accelerator(img: ImageSpec, exp: Expanded, dep: Deployment) -> str:

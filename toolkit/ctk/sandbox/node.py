@@ -14,7 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 
 from ..waiting import TimedOut, poll
 from . import DaemonError
@@ -119,6 +119,17 @@ def dead_services(state_dir: str) -> list[str]:
             return sorted(k for k, v in json.load(f).items() if not v.get("running"))
     except (OSError, ValueError):
         return []
+
+
+def booted_spec(state_dir: str) -> NodeSpec | None:
+    """The spec the node was last booted with (its spec.json), or None if it never booted."""
+    try:
+        with open(os.path.join(state_dir, "spec.json")) as f:
+            d = json.load(f)
+        names = {f.name for f in fields(NodeSpec)}
+        return NodeSpec.from_dict({k: v for k, v in d.items() if k in names})
+    except (OSError, ValueError, TypeError, AttributeError):
+        return None
 
 
 def booted_layers(state_dir: str) -> list[str] | None:

@@ -215,12 +215,12 @@ class Agent:
                 time.sleep(0.05)
             netns.create(self.n, x["host"])
             nodes.boot(nodes.NodeSpec.from_dict(x["spec"]))
-            self.rebooted[name] = time.monotonic()
             self.event("rebooted", name, image=image_version(x["spec"]["lowerdirs"]),
                        seconds=round(time.monotonic() - t0, 2))
         except Exception as e:  # noqa: BLE001 - Slurm's ResumeTimeout then marks the node DOWN
             self.event("reboot-failed", name, error=str(e)[-1000:])
         finally:
+            self.rebooted[name] = time.monotonic()  # failed or not: not again at the next look
             with self.lock:
                 self.busy.discard(name)
 
@@ -265,7 +265,10 @@ class Agent:
         words = line.split()
         if len(words) < 2:
             return
-        op, names = words[0], [n for n in expand(words[1]) if n in self.nodes]
+        # power requests are for the nodes that power up and down or are preempted; the agent
+        # knows every compute node (for Slurm's reboots), a static one is left alone
+        op, names = words[0], [n for n in expand(words[1]) if n in self.nodes
+                               and (self.nodes[n].get("dynamic") or self.nodes[n].get("spot"))]
         opts = dict(w.split("=", 1) for w in words[2:] if "=" in w)
         now = time.monotonic()
         for name in names:

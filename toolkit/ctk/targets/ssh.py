@@ -138,9 +138,6 @@ def host_image(dep: Deployment, h: SshHost) -> ImageSpec:
 
 def notes(dep: Deployment) -> list[str]:
     out = []
-    for img in dep.images:
-        if img.extra_playbooks:
-            out.append(f"image {img.name}: extra_playbooks are not run on the ssh target")
     if any(img.base != "debian-12" for img in dep.images):
         out.append("the ssh target keeps each machine's own OS (image bases are not installed)")
     if dep.logins and not any(h.role == "login" for h in hosts(dep)):

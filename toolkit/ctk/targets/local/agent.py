@@ -61,6 +61,17 @@ def start_agent(deployment_dir: str, config: dict) -> tuple[int, bool]:
     return proc.pid, bool(pid)
 
 
+def restart_agent(deployment_dir: str) -> None:
+    """Start the lab's agent again with the config it last had (a failed deploy stopped it), if
+    any; a config that cannot be read leaves it stopped (`ctk status` says so)."""
+    try:
+        with open(os.path.join(power_dir(deployment_dir), "agent.json")) as f:
+            config = json.load(f)
+        start_agent(deployment_dir, config)
+    except (OSError, ValueError, DaemonError):
+        pass
+
+
 def stop_agent(deployment_dir: str) -> bool:
     """Stop the lab's agent; whether it was running."""
     pid = agent_pid(power_dir(deployment_dir))

@@ -30,7 +30,7 @@ from ..base import IDENTITY_HINT
 from ..labagent import image_version
 from ..labclient import client_node, slurm
 from ..labstate import LabNode, LabState, NodeRecord, lab_dir, load_state, save_state
-from .agent import agent_config, start_agent, stop_agent
+from .agent import agent_config, restart_agent, start_agent, stop_agent
 from .commands import write_wrappers
 from .destroy import stop_all, stop_leftovers
 from .files import (
@@ -89,6 +89,7 @@ class _Nodes:
     kept: list[str] = field(default_factory=list)
     stopped: list[str] = field(default_factory=list)
     rolling: list[str] = field(default_factory=list)
+    unrolled: list[str] = field(default_factory=list)  # kept, on the spec a pending roll-out would have left
     records: list[NodeRecord] = field(default_factory=list)  # the state's nodes, with their hashes
     specs: dict[str, nodes.NodeSpec] = field(default_factory=dict)
     to_boot: list[tuple[LabNode, nodes.NodeSpec]] = field(default_factory=list)
@@ -242,17 +243,21 @@ def _sort_nodes(plan: LabPlan, specs: dict[str, nodes.NodeSpec], files: dict[str
     (a dynamic node that runs: slurmctld restarts with it powered down), rolled (a healthy
     static compute node whose spec changed, its image most often: Slurm reboots it into it once
     its jobs end, see _roll; its jobs outlive a restart of the controller, whose state is saved),
-    or (re)booted."""
+    or (re)booted. A static compute node is judged by the spec it booted with (its spec.json),
+    not by what the last deploy recorded: a roll-out that has not reached it yet, or one taken
+    back by deploying its old spec again (unrolled: its pending reboot is cancelled)."""
     for x in sorted(plan.nodes, key=lambda x: {"controller": 0, "compute": 1, "login": 2}[x.role]):
         spec = specs[x.name]
         h = spec_hash(spec, files)
         running_now = nodes.node_alive(spec.state_dir) is not None  # up, or booting (a killed deploy's)
         healthy = nodes.node_pid(spec.state_dir) is not None and not nodes.dead_services(spec.state_dir)
         prev = old_nodes.get(x.name)
-        # still on the image it had before a roll-out that has not reached it yet (its jobs run)
-        behind = x.role == "compute" and nodes.booted_layers(spec.state_dir) not in (None, spec.lowerdirs)
-        if healthy and prev is not None and prev.hash == h and not behind and not (node_set_changed and x.role != "login"):
+        booted = nodes.booted_spec(spec.state_dir) if x.role == "compute" and not x.dynamic else None
+        same = prev is not None and (prev.hash == h if booted is None else asdict(booted) == asdict(spec))
+        if healthy and same and not (node_set_changed and x.role != "login"):
             run.kept.append(x.name)
+            if prev is not None and prev.hash != h:
+                run.unrolled.append(x.name)
         elif healthy and prev is not None and x.role == "compute" and not x.dynamic and not node_set_changed:
             run.rolling.append(x.name)
         elif x.dynamic and not running_now:
@@ -299,6 +304,9 @@ def _bring_up(dep: Deployment, deployment_dir: str, plan: LabPlan, old: LabState
     containers = {c.name: store.lowerdirs(layers[c.name]) for c in plan.containers}
     specs = {x.name: node_spec(plan, x, ldir, store.lowerdirs(layers[x.image]), containers) for x in plan.nodes}
     run.specs = specs
+    # The agent stops (its reboots and boots under way finished) until the deploy is done: the
+    # two must not stop or boot the same node at once. It starts again with the new specs.
+    stop_agent(deployment_dir)
     _sort_nodes(plan, specs, files, old_nodes, node_set_changed, run)
     _boot_all(n, run.to_boot, run.started, progress)
     reconfigured = False
@@ -308,8 +316,8 @@ def _bring_up(dep: Deployment, deployment_dir: str, plan: LabPlan, old: LabState
     # The agent runs in every lab: it carries out Slurm's reboots (a roll-out's), and powers
     # dynamic nodes up and down, and preempts Spot nodes, where the lab has them.
     start_agent(deployment_dir, agent_config(plan, deployment_dir, run.specs))
-    if run.rolling:
-        _roll(deployment_dir, plan, run.rolling, layers, progress)
+    if run.rolling or run.unrolled:
+        _roll(deployment_dir, plan, run.rolling, run.unrolled, layers, progress)
     save_state(deployment_dir, LabState(n=n, deployment=dep.deployment_name, nodes=run.records, notes=plan.notes,
                                         max_nodes=max_nodes, complete=True, accounting=acct,
                                         cluster=dep.slurm_cluster_name, agent=True,
@@ -321,21 +329,44 @@ def _bring_up(dep: Deployment, deployment_dir: str, plan: LabPlan, old: LabState
     return reconfigured
 
 
-def _roll(deployment_dir: str, plan: LabPlan, names: list[str], layers: dict[str, list[str]],
+ROLL_REASON = "ctk roll-out"  # the start of the reason of a node a roll-out drained
+
+
+def _roll(deployment_dir: str, plan: LabPlan, names: list[str], unrolled: list[str], layers: dict[str, list[str]],
           progress: Progress) -> None:
     """A rolling update of NAMES: Slurm drains each one (no new job starts there), and once its
     jobs have ended reboots it (`scontrol reboot ASAP`, reboot when idle), which the agent does
     with the node's new spec; the node then takes jobs again (nextstate=RESUME). An idle node
-    reboots at once; a running job is never cut short."""
+    reboots at once; a running job is never cut short. A node that was out of service for
+    another reason (drained by an admin or the health check, down) comes back DOWN with that
+    reason, as it went. UNROLLED: nodes a roll-out had not reached and that now keep their spec:
+    their reboot is cancelled (Slurm undrains what the reboot drained)."""
+    out = slurm(deployment_dir, "sinfo", "-h", "-N", "-o", "%N|%T|%E", check=False).stdout
+    reasons = {p[0]: (p[1], p[2]) for p in (ln.split("|", 2) for ln in out.splitlines()) if len(p) == 3}
+    pending = [n for n in unrolled if "@" in reasons.get(n, ("", ""))[0]
+               and reasons[n][1].startswith(ROLL_REASON)]
+    if pending:
+        progress.task(f"cancel the roll-out of {compress(pending)}: they keep the spec they run")
+        slurm(deployment_dir, "scontrol", "cancel_reboot", compress(pending))
     by_image: dict[str, list[str]] = {}
     for x in plan.nodes:
         if x.name in names:
             by_image.setdefault(x.image, []).append(x.name)
     for image, group in sorted(by_image.items()):
         version = layers[image][-1] if layers.get(image) else ""
+        why = f"{ROLL_REASON}: image {image} {version}"
         progress.task(f"roll out image {image} ({version}) to {compress(group)}: each reboots once its jobs end")
-        slurm(deployment_dir, "scontrol", "reboot", "ASAP", "nextstate=RESUME",
-              f"reason=ctk roll-out: image {image} {version}", compress(group))
+        out_of_service = {}
+        for n in group:
+            state, reason = reasons.get(n, ("", ""))
+            if ("drain" in state or state.startswith("down")) and reason and reason != "none" \
+                    and not reason.startswith(ROLL_REASON):
+                out_of_service[n] = reason
+        rest = [n for n in group if n not in out_of_service]
+        if rest:
+            slurm(deployment_dir, "scontrol", "reboot", "ASAP", "nextstate=RESUME", f"reason={why}", compress(rest))
+        for n, reason in sorted(out_of_service.items()):
+            slurm(deployment_dir, "scontrol", "reboot", "ASAP", "nextstate=DOWN", f"reason={reason} ({why})", n)
 
 
 def _undo(deployment_dir: str, n: int, old: LabState | None, run: _Nodes) -> None:
@@ -344,6 +375,8 @@ def _undo(deployment_dir: str, n: int, old: LabState | None, run: _Nodes) -> Non
     gives back its network and its lease too."""
     for sd in run.started + [spec.state_dir for _, spec in run.to_boot]:
         nodes.stop(sd)
+    if old is not None:
+        restart_agent(deployment_dir)  # stopped for the deploy (_bring_up): as it was configured
     if old is None:
         stop_agent(deployment_dir)
         stop_all(deployment_dir)
@@ -387,7 +420,10 @@ def deploy_local(dep: Deployment, deployment_dir: str, *, max_nodes: int = DEFAU
         raise
     notes = plan.notes + mem_notes
     if run.rolling:
-        notes.append(f"rolling out a changed image to {compress(run.rolling)}: each node is drained and reboots into "
-                     "it once its jobs end (`ctk status` shows each node's image)")
+        notes.append(f"rolling out a change of {compress(run.rolling)} (its image, or how it boots): each node is "
+                     "drained and reboots into it once its jobs end (`ctk status` shows each node's image)")
+    if run.unrolled:
+        notes.append(f"{compress(run.unrolled)} keep the spec they run: the roll-out that had not reached them "
+                     "is cancelled")
     return DeployResult(deployment_dir, run.booted, run.restarted, run.kept, run.stopped, reconfigured,
                         run.rolling, notes, time.monotonic() - t0)

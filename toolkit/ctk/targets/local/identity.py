@@ -9,7 +9,14 @@ import os
 
 from ...connect.base import next_identity
 from ...errors import UserError
-from ...model import Deployment, parse_release, slurm_change_refusal, slurm_text
+from ...model import (
+    BASES,
+    SLURM_ARCHIVES,
+    Deployment,
+    parse_release,
+    slurm_change_refusal,
+    slurm_text,
+)
 from ..labstate import lab_dir, load_state
 
 # What `ctk destroy` keeps of a lab (its users' and its accounting's data), by folder of lab/,
@@ -31,6 +38,27 @@ def new_identity(held: dict | None, dep: Deployment) -> dict:
             **({"slurm": slurm_text(release)} if release else {})}
 
 
+def _upgrade_path(old: tuple[int, int], new: tuple[int, int]) -> str:
+    """The deploys on the way from Slurm OLD to NEW, each to the latest release ctk's images
+    offer that the one before can go to."""
+    offered: dict[tuple[int, int], str] = {}
+    for b in BASES.values():
+        offered.setdefault(b.slurm, f"base {b.name}")
+    for text, bases in SLURM_ARCHIVES.items():
+        r = parse_release(text)
+        if r:
+            offered.setdefault(r, f'slurm_release: "{text}" on base {", ".join(sorted(bases))}')
+    path, cur = [], old
+    while slurm_change_refusal(cur, new) is not None:
+        steps = [r for r in sorted(offered) if cur < r < new and slurm_change_refusal(cur, r) is None]
+        if not steps:
+            return (f"no release ctk's images offer leads there from Slurm {slurm_text(cur)}; start the cluster over "
+                    f"on Slurm {slurm_text(new)} (`ctk destroy DIR --purge` deletes its saved state and accounting)")
+        cur = steps[-1]
+        path.append(f"Slurm {slurm_text(cur)} ({offered[cur]})")
+    return f"upgrade in steps: deploy the cluster on {', then '.join(path)}, then on {slurm_text(new)}"
+
+
 def slurm_change(deployment_dir: str, held: dict | None, dep: Deployment) -> UserError | None:
     """The refusal of a deploy of DEP that would run a Slurm release onto data (saved state,
     accounting records) that it cannot take, kept in DEPLOYMENT_DIR/lab by a cluster (HELD) of
@@ -47,8 +75,7 @@ def slurm_change(deployment_dir: str, held: dict | None, dep: Deployment) -> Use
         hint = (f"deploy it with Slurm {slurm_text(old)} or later (the image's base or slurm_release), or start the "
                 f"cluster over: `ctk destroy {deployment_dir} --purge` deletes its saved state and accounting")
     else:
-        hint = ("upgrade through a release in between (each deploy an upgrade in the window): the images' base or "
-                "slurm_release")
+        hint = _upgrade_path(old, new)
     return UserError(f"{deployment_dir} holds a cluster of Slurm {slurm_text(old)}; the blueprint's images run "
                      f"Slurm {slurm_text(new)}: {why}", hint=hint)
 
