@@ -361,7 +361,7 @@ def _roll(deployment_dir: str, plan: LabPlan, names: list[str], unrolled: list[s
             state, reason = reasons.get(n, ("", ""))
             if ("drain" in state or state.startswith("down")) and reason and reason != "none" \
                     and not reason.startswith(ROLL_REASON):
-                out_of_service[n] = reason
+                out_of_service[n] = reason.split(f" ({ROLL_REASON}")[0]  # its own reason, without earlier roll-outs'
         rest = [n for n in group if n not in out_of_service]
         if rest:
             slurm(deployment_dir, "scontrol", "reboot", "ASAP", "nextstate=RESUME", f"reason={why}", compress(rest))
