@@ -24,7 +24,7 @@ for tool in ("slurmctld", "packer", "debootstrap", "unshare"):
 BLUEPRINT = os.path.join(os.path.dirname(__file__), "blueprints", "rollout-lab.yaml")
 ROLES = "roles: [common, munge, slurm, jax]"
 TRAIN = os.path.join(paths.SBATCH, "examples", "train.py")
-STEPS = 40
+STEPS = 60
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +57,7 @@ def test_a_changed_image_rolls_out_over_a_running_training_job(rlab, tmp_path):
 
     from ctk.jobs import submit
     job = submit("jax-train", {"nodes": 2, "partition": "debug"}, lab.path,
-                 command=train_cmd("ckpt-rolled", STEPS, 0.5)[1:])
+                 command=train_cmd("ckpt-rolled", STEPS, 1.0)[1:])
     wait_for_step(job, 3)
     r = lab.ctk("deploy", str(v2), "-o", lab.path, "--json", timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -72,11 +72,19 @@ def test_a_changed_image_rolls_out_over_a_running_training_job(rlab, tmp_path):
         assert x["image_version"] in old and x["slurm_state"].startswith("draining"), (name, x)
     text_status = lab.ctk("status", lab.path).stdout
     assert "roll-out under way: 2 node(s)" in text_status, text_status
-    # The same deploy again, the roll-out under way: it goes on (the nodes are asked again).
+    # The old image again before the roll-out reached the nodes: it is called off (their reboot
+    # cancelled, no longer drained); the new one again: it goes on, as before.
+    r = lab.ctk("deploy", BLUEPRINT, "-o", lab.path, "--json", timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = json.loads(r.stdout)
+    assert not res["rolling"] and set(before) <= set(res["kept"]), res
+    back = computes(lab)
+    assert all(not x.get("rolling_to") and not x["slurm_state"].startswith("drain") for x in back.values()), back
     r = lab.ctk("deploy", str(v2), "-o", lab.path, "--json", timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     res = json.loads(r.stdout)
-    assert sorted(res["rolling"]) == sorted(before) and not res["restarted"] and not res["booted"], res
+    assert sorted(res["rolling"]) == sorted(before) and not res["booted"], res
+    assert job.state == "RUNNING", job.logs(stderr=True)[-2000:]
 
     # A job submitted now waits for the new image: the nodes are drained until they reboot.
     probe = lab.slurm("sbatch", "--parsable", "-N2", "-p", "debug", "-o", "/root/probe-%j.out", "--wrap",
