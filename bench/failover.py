@@ -16,37 +16,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
-import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-HA = os.path.join(ROOT, "tests", "integration", "blueprints", "ha-lab.yaml")
+from labbench import BLUEPRINTS, ctk, lab_env, lab_folder, slurm
 
-
-def ctk(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    r = subprocess.run([sys.executable, "-m", "ctk", *args], capture_output=True, text=True,
-                       env={**os.environ, "PYTHONPATH": os.path.join(ROOT, "toolkit")})
-    if check and r.returncode != 0:
-        sys.exit(f"ctk {' '.join(args)} failed:\n{r.stderr[-3000:]}")
-    return r
-
-
-def lab_env(dep: str) -> dict:
-    m = re.search(r"export PATH=(\S+):", ctk("env", dep, "--user", "root").stdout)
-    assert m
-    env = {k: v for k, v in os.environ.items() if k != "SLURM_CONF"}
-    env.update(PATH=m.group(1) + os.pathsep + env["PATH"], CTK_LAB_USER="root")
-    return env
-
-
-def slurm(env: dict, dep: str, *argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run(list(argv), capture_output=True, text=True, env=env, timeout=60,
-                          cwd=os.path.join(dep, "lab", "root"))
+HA = os.path.join(BLUEPRINTS, "ha-lab.yaml")
 
 
 def wait(check, timeout: float, what: str, interval: float = 0.1):
@@ -90,10 +66,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    top = tempfile.mkdtemp(prefix="ctk-bench-failover-")
-    dep = os.path.join(top, "dep")
-    ctk("deploy", HA, "-o", dep, "-q")
-    try:
+    with lab_folder("ctk-bench-failover-") as (_, dep):
+        ctk("deploy", HA, "-o", dep, "-q")
         st = json.loads(ctk("status", dep, "--json").stdout)
         primary = next(x["name"] for x in st["nodes"] if x["role"] == "controller")
         env = lab_env(dep)
@@ -109,9 +83,6 @@ def main() -> int:
             print(f"median over {len(rounds)} rounds: backup takes a submission {med['takeover_s']} s after the "
                   f"kill (SlurmctldTimeout 10 s); its first job done at {med['first_job_done_s']} s; `ctk deploy` "
                   f"puts the primary back in control in {med['primary_back_s']} s")
-    finally:
-        if ctk("destroy", dep, "--purge", check=False).returncode == 0:
-            shutil.rmtree(top, ignore_errors=True)
     return 0
 
 

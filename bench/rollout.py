@@ -18,33 +18,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
-import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-V1 = os.path.join(ROOT, "tests", "integration", "blueprints", "rollout-lab.yaml")
+from labbench import BLUEPRINTS, ctk, lab_env, lab_folder
+
+V1 = os.path.join(BLUEPRINTS, "rollout-lab.yaml")
 ROLES = "roles: [common, munge, slurm, jax]"
-
-
-def ctk(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    r = subprocess.run([sys.executable, "-m", "ctk", *args], capture_output=True, text=True,
-                       env={**os.environ, "PYTHONPATH": os.path.join(ROOT, "toolkit")})
-    if check and r.returncode != 0:
-        sys.exit(f"ctk {' '.join(args)} failed:\n{r.stderr[-3000:]}")
-    return r
-
-
-def lab_env(dep: str) -> dict:
-    m = re.search(r"export PATH=(\S+):", ctk("env", dep, "--user", "root").stdout)
-    assert m
-    env = {k: v for k, v in os.environ.items() if k != "SLURM_CONF"}
-    env.update(PATH=m.group(1) + os.pathsep + env["PATH"], CTK_LAB_USER="root")
-    return env
 
 
 def booted(dep: str, node: str) -> str:
@@ -87,14 +69,12 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    top = tempfile.mkdtemp(prefix="ctk-bench-rollout-")
-    dep = os.path.join(top, "dep")
-    v2 = os.path.join(top, "rollout-v2.yaml")
-    with open(V1) as f, open(v2, "w") as g:
-        g.write(f.read().replace(ROLES, "roles: [common, munge, slurm, jax, metrics]"))
-    ctk("image", "build", v2, "-q")  # the metrics layer, outside the figures
-    ctk("deploy", V1, "-o", dep, "-q")
-    try:
+    with lab_folder("ctk-bench-rollout-") as (top, dep):
+        v2 = os.path.join(top, "rollout-v2.yaml")
+        with open(V1) as f, open(v2, "w") as g:
+            g.write(f.read().replace(ROLES, "roles: [common, munge, slurm, jax, metrics]"))
+        ctk("image", "build", v2, "-q")  # the metrics layer, outside the figures
+        ctk("deploy", V1, "-o", dep, "-q")
         st = json.loads(ctk("status", dep, "--json").stdout)
         computes = sorted(x["name"] for x in st["nodes"] if x["role"] == "compute")
         env = lab_env(dep)
@@ -113,9 +93,6 @@ def main() -> int:
             print(f"median over {len(rounds)} rounds of {len(computes)} idle compute nodes: `ctk deploy` of the other "
                   f"image {med['deploy_s']} s; a node idle on its new image {med['node_back_s']} s after the deploy "
                   f"began; the agent's stop and boot of a node {med['agent_reboot_s']} s")
-    finally:
-        if ctk("destroy", dep, "--purge", check=False).returncode == 0:
-            shutil.rmtree(top, ignore_errors=True)
     return 0
 
 
