@@ -171,10 +171,10 @@ class Status:
             lines += ["", "lab agent (reboots the nodes Slurm reboots, powers dynamic nodes up and down, preempts "
                       "Spot nodes): " + self.agent]
             if self.agent == "down":
-                lines.append(f"  while it is down, no dynamic node powers up or down (jobs that need one pend, then "
-                             f"Slurm marks the node DOWN after ResumeTimeout), and no preemption or flex-start "
-                             f"take-back happens; `ctk deploy BLUEPRINT -o {folder}` starts it again, and it puts "
-                             f"the nodes right")
+                lines.append(f"  while it is down, no node Slurm reboots comes back (a roll-out stalls: Slurm marks "
+                             f"the node DOWN after ResumeTimeout), no dynamic node powers up or down (jobs that need "
+                             f"one pend), and no preemption or flex-start take-back happens; `ctk deploy BLUEPRINT -o "
+                             f"{folder}` starts it again, and it puts the nodes right")
             for ev in self.events:
                 lines.append(f"  {ev.get('time', '')}  {ev.get('event', '')} {ev.get('node', '')}"
                              + "".join(f" {k}={v}" for k, v in sorted(ev.items())
