@@ -94,7 +94,14 @@ def test_24_11_to_26_05_in_place_keeps_the_running_and_queued_jobs_and_the_recor
         assert jid in after and (after[jid] == st or jid == running), (rec, after)
     assert after[running] == "COMPLETED" and after[queued] == "COMPLETED", after
 
-    # back to 24.11: refused before anything changes (exit 2), the lab runs on
+    # back to 24.11: refused before anything changes (exit 2), the lab runs on; also for a lab
+    # whose identity.json an earlier ctk wrote without the release (asked of the running lab)
+    ident_path = os.path.join(lab.path, "lab", "identity.json")
+    ident = json.load(open(ident_path))
+    assert ident["slurm"] == "26.05", ident
+    del ident["slurm"]
+    with open(ident_path, "w") as f:
+        json.dump(ident, f)
     r = lab.ctk("deploy", BLUEPRINT, "-o", lab.path)
     assert r.returncode == 2 and "Slurm 24.11 cannot read them" in r.stderr and "--purge" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr

@@ -33,3 +33,10 @@ def test_a_refused_jump_names_the_deploys_in_between_from_what_ctks_images_offer
         "upgrade in steps: deploy the cluster on Slurm 23.11 (base ubuntu-24.04), then Slurm 24.11 (base debian-13), "
         "then on 26.05")
     assert _upgrade_path((22, 5), (24, 11)).endswith("Slurm 23.11 (base ubuntu-24.04), then on 24.11")
+
+
+def test_the_release_of_a_running_lab_is_read_from_sinfo_version():
+    from ctk.targets.local.identity import release_of_version
+    assert release_of_version("slurm-wlm 24.11.5\n") == "24.11"
+    assert release_of_version("slurm 26.05.5") == "26.05"
+    assert release_of_version("sinfo: error: Unable to contact slurm controller") is None

@@ -43,7 +43,14 @@ from .files import (
     ssh_keys,
     user_home,
 )
-from .identity import IDENTITY, identity_clash, lab_identity, new_identity, slurm_change
+from .identity import (
+    IDENTITY,
+    identity_clash,
+    lab_identity,
+    new_identity,
+    running_release,
+    slurm_change,
+)
 from .plan import (
     DEFAULT_MAX_NODES,
     POWER_SCRIPTS,
@@ -400,6 +407,8 @@ def deploy_local(dep: Deployment, deployment_dir: str, *, max_nodes: int = DEFAU
     ident = _check_folder(dep, deployment_dir, os.path.abspath(lab_dir(deployment_dir)))
     n = leases.lease(deployment_dir)
     old = load_state(deployment_dir)
+    if ident and "slurm" not in ident and old is not None:  # recorded by an earlier ctk without it
+        ident = {**ident, **running_release(deployment_dir)}
     plan, mem_notes = _plan(dep, deployment_dir, n, old, max_nodes, ident)
     # A lab left running when its folder was removed holds this lease's addresses: stop it.
     orphans = stop_leftovers(deployment_dir, only_orphans=True)

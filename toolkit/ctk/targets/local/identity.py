@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 from ...connect.base import next_identity
 from ...errors import UserError
@@ -17,6 +18,7 @@ from ...model import (
     slurm_change_refusal,
     slurm_text,
 )
+from ..labclient import slurm
 from ..labstate import lab_dir, load_state
 
 # What `ctk destroy` keeps of a lab (its users' and its accounting's data), by folder of lab/,
@@ -36,6 +38,23 @@ def new_identity(held: dict | None, dep: Deployment) -> dict:
     release = dep.slurm()
     return {**next_identity(held, dep.slurm_cluster_name), "deployment": dep.deployment_name,
             **({"slurm": slurm_text(release)} if release else {})}
+
+
+def release_of_version(text: str) -> str | None:
+    """"24.11" from `sinfo --version`'s "slurm-wlm 24.11.5" (or "slurm 26.05.5"); None otherwise."""
+    m = re.search(r"\b(\d+\.\d\d)\.\d+", text)
+    return m.group(1) if m else None
+
+
+def running_release(deployment_dir: str) -> dict:
+    """{"slurm": release} of the running lab's Slurm, asked of its client node (a lab an earlier
+    ctk deployed, whose identity.json does not record it); {} where it does not answer."""
+    try:
+        r = slurm(deployment_dir, "sinfo", "--version", timeout=15, check=False)
+    except Exception:  # noqa: BLE001 - a lab that does not answer is not checked, as before
+        return {}
+    release = release_of_version(r.stdout) if r.returncode == 0 else None
+    return {"slurm": release} if release else {}
 
 
 def _upgrade_path(old: tuple[int, int], new: tuple[int, int]) -> str:
