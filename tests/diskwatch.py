@@ -36,7 +36,7 @@ def pytest_root() -> str:
     return os.path.join(os.path.realpath(temproot), f"pytest-of-{user}")
 
 
-def _mountpoints() -> list[str]:
+def mountpoints() -> list[str]:
     with open("/proc/self/mountinfo") as f:
         # field 5 is the mount point, with spaces and the like written as octal escapes
         return [line.split()[4].encode().decode("unicode_escape") for line in f]
@@ -64,7 +64,7 @@ def unmount_leftovers(root: str) -> list[str]:
     was unmounted."""
     top = root.rstrip("/") + "/"
     def leftovers() -> list[str]:
-        return [m for m in _mountpoints() if m.startswith(top) and not _live(top + m[len(top):].split("/", 1)[0])]
+        return [m for m in mountpoints() if m.startswith(top) and not _live(top + m[len(top):].split("/", 1)[0])]
 
     done = []
     for _ in range(8):  # mounts stacked on one path go one per round

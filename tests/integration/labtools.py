@@ -11,6 +11,7 @@ import shutil
 import subprocess
 
 from ctk.waiting import TimedOut, poll
+from diskwatch import mountpoints  # tests/ is on sys.path (tests/conftest.py)
 
 from .conftest import USER_HOME, ctk, lab_env
 
@@ -52,8 +53,7 @@ class Lab:
         under it is gone through: the folder then stays."""
         r = self.ctk("destroy", self.path)
         top = os.path.dirname(self.path)
-        with open("/proc/self/mountinfo") as f:
-            mounted = any(line.split()[4].startswith(top + "/") for line in f)
+        mounted = any(m.startswith(top + "/") for m in mountpoints())
         if r.returncode == 0 and not mounted:
             shutil.rmtree(top, ignore_errors=True)
         return r

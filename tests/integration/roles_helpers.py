@@ -3,7 +3,7 @@
 - ensure_base_rootfs(): a pristine `debootstrap --variant=minbase` tree, made once and reused
   (under /var/tmp/ctk-dev by default, or $CTK_DEV_DIR);
 - copy_rootfs(): a working copy, so that the base stays reusable;
-- chroot_mounts(): /proc, /dev (bind) and /sys mounted in the tree while working, resolv.conf
+- chrootmountpoints(): /proc, /dev (bind) and /sys mounted in the tree while working, resolv.conf
   copied in; everything unmounted after, even on failure;
 - run_playbook(): ansible-playbook over community.general.chroot, with the PLAY RECAP parsed.
 
@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ctk import paths
+from diskwatch import mountpoints  # tests/ is on sys.path (tests/conftest.py)
 
 ANSIBLE_DIR = Path(paths.ANSIBLE)
 DEV_DIR = Path(os.environ.get("CTK_DEV_DIR", "/var/tmp/ctk-dev"))
@@ -117,22 +118,13 @@ def copy_rootfs(src: Path, dst: Path) -> Path:
 def remove_rootfs(root: Path) -> None:
     """Delete a working tree, refusing while anything is still mounted inside it."""
     root = Path(root).resolve()
-    inside = [m for m in _mounts() if m == str(root) or m.startswith(str(root) + "/")]
+    inside = [m for m in mountpoints() if m == str(root) or m.startswith(str(root) + "/")]
     if inside:
         raise HelperError(f"still mounted under {root}: {inside}")
     shutil.rmtree(root, ignore_errors=True)
 
 
 # ---------------------------------------------------------------- mounts
-
-def _mounts() -> list[str]:
-    out = []
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            mnt = line.split()[4]
-            out.append(mnt.encode().decode("unicode_escape"))
-    return out
-
 
 def _umount(target: str) -> None:
     if subprocess.run(["umount", target], capture_output=True).returncode != 0:
@@ -156,7 +148,7 @@ def chroot_mounts(root: Path):
         for argv, sub in specs:
             target = root / sub
             target.mkdir(exist_ok=True)
-            if str(target) in _mounts():
+            if str(target) in mountpoints():
                 continue
             subprocess.run(argv + [str(target)], check=True, capture_output=True)
             done.append(str(target))

@@ -10,7 +10,7 @@ import diskwatch
 
 
 def _mounted(path) -> bool:
-    return str(path) in diskwatch._mountpoints()
+    return str(path) in diskwatch.mountpoints()
 
 
 @pytest.mark.root
