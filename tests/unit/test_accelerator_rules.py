@@ -11,7 +11,8 @@ import yaml
 
 from conftest import ROOT
 from ctk import paths
-from ctk.stacks.drivers import GPU_NEEDS, cuda_toolkit, image_driver
+from ctk.modules.machines import ACCELERATORS, GENERATIONS, known_machine_types, lookup_machine
+from ctk.stacks.drivers import GENERATION_NEEDS, cuda_toolkit, gpu_needs, image_driver
 
 ENV = {**os.environ, "PYTHONPATH": os.path.join(ROOT, "toolkit")}
 
@@ -98,7 +99,7 @@ def test_an_image_without_the_driver_role_is_not_held_to_its_driver(write):
 
 
 def test_blackwell_needs_the_open_module_that_no_debian_image_has(write):
-    assert GPU_NEEDS["b200"][1:] == ("570", "open")
+    assert gpu_needs("b200") == ("Blackwell", "570", "open")
     bp = blueprint(write, machine="a4-highgpu-8g")
     rc, out = validate(bp)
     assert rc == 2
@@ -108,6 +109,45 @@ def test_blackwell_needs_the_open_module_that_no_debian_image_has(write):
     assert "proprietary" in err["message"] and "ubuntu-24.04" in err["hint"]
     rc, out = validate(blueprint(write, machine="a4x-highgpu-4g"))  # GB200: the same GPU
     assert rc == 2
+
+
+def test_every_gpu_of_the_machine_table_has_a_generation_the_rules_know():
+    """A new GPU cannot slip past the driver rules: its gres type needs a generation, and the
+    rules are kept by generation."""
+    known = {"Pascal", "Volta", "Turing", "Ampere", "Ada Lovelace", "Hopper", "Blackwell"}
+    assert {gres for gres, _ in ACCELERATORS.values()} == set(GENERATIONS)
+    assert set(GENERATIONS.values()) <= known and set(GENERATION_NEEDS) <= known
+    gpus = {m.gpu_type for n in known_machine_types() if (m := lookup_machine(n)) and m.gpu_count}
+    assert gpus <= set(GENERATIONS)
+    assert {g for g in GENERATIONS if GENERATIONS[g] == "Blackwell"} == {"b200", "b300", "rtxpro6000"}
+    assert gpu_needs("b300") == gpu_needs("rtxpro6000") == ("Blackwell", "570", "open")
+    assert gpu_needs("h100") is None and gpu_needs(None) is None
+
+
+def test_every_blackwell_machine_type_is_refused_on_the_proprietary_module_at_its_line(write):
+    """All the Blackwell machine types of the table (B200, GB200, GB300, RTX PRO 6000), one
+    nodeset each, in one blueprint: one error each, at its own machine_type line."""
+    blackwell = sorted(n for n in known_machine_types()
+                       if (m := lookup_machine(n)) and m.gpu_count and GENERATIONS[m.gpu_type] == "Blackwell")
+    assert {"a4-highgpu-8g", "a4x-highgpu-4g", "a4x-maxgpu-4g-metal", "g4-standard-48"} <= set(blackwell)
+    nodesets = "".join(textwrap.indent(textwrap.dedent(f"""\
+          - id: ns{i}
+            source: ctk/slurm/nodeset
+            use: [img]
+            settings:
+              machine_type: {m}
+              node_count_dynamic_max: 1
+        """), "  ") for i, m in enumerate(blackwell))
+    bp = write(open(blueprint(write)).read().replace("  - id: ns\n", nodesets + "  - id: ns\n", 1))
+    rc, out = validate(bp)
+    assert rc == 2
+    errors = {e["line"]: e for e in out["errors"]}
+    assert len(errors) == len(out["errors"]) == len(blackwell)
+    for m in blackwell:
+        err = errors[line_of(bp, f"machine_type: {m}")]
+        assert "(Blackwell) need NVIDIA's open kernel module from driver 570" in err["message"], err
+        assert "ubuntu-24.04" in err["hint"]
+    assert any("RTXPRO6000 GPUs" in e["message"] for e in out["errors"])
 
 
 def test_a_driver_role_picks_a_cuda_stack_when_the_image_names_none(write):

@@ -49,6 +49,14 @@ def _mb(gb: float) -> int:
     return int(round(gb * 1024))
 
 
+# NVIDIA's GPU architecture of each gres type: the drivers and kernel modules a GPU runs on
+# follow from it (ctk.stacks.drivers.GENERATION_NEEDS). Every gres type below has one.
+GENERATIONS: dict[str, str] = {
+    "t4": "Turing", "p4": "Pascal", "p100": "Pascal", "v100": "Volta", "a100": "Ampere", "a100-80gb": "Ampere",
+    "h100": "Hopper", "h200": "Hopper", "b200": "Blackwell", "b300": "Blackwell", "l4": "Ada Lovelace",
+    "rtxpro6000": "Blackwell",
+}
+
 # GCE accelerator type name -> (gres type, human name). CT's `guest_accelerator`
 # and custom-image's `accelerator_type` use the GCE names.
 ACCELERATORS: dict[str, tuple[str, str]] = {
@@ -67,6 +75,11 @@ ACCELERATORS: dict[str, tuple[str, str]] = {
     "nvidia-l4": ("l4", "NVIDIA L4 24GB"),
     "nvidia-rtx-pro-6000": ("rtxpro6000", "NVIDIA RTX PRO 6000 Blackwell 96GB"),
 }
+
+
+def gpu_generation(gres: str) -> str | None:
+    """NVIDIA's architecture of a gres type ("h100" -> "Hopper"); None for a type ctk does not know."""
+    return GENERATIONS.get(gres)
 
 
 def accelerator_gpu(gce_name: str) -> tuple[str, str] | None:

@@ -31,13 +31,13 @@ from ..modules.machines import (
 )
 from ..stacks import Stack, newest_for, python_tuple
 from ..stacks.drivers import (
-    GPU_NEEDS,
     TE_MIN_CUDA,
     Driver,
     bases_with_dcgm,
     bases_with_driver,
     bases_with_toolkit,
     cuda_toolkit,
+    gpu_needs,
     has_dcgm,
     image_driver,
 )
@@ -201,7 +201,7 @@ def accelerator_rules(exp: Expanded, dep: Deployment, c: Collector, stacks: dict
         if "dcgm" in img.roles:
             _dcgm(exp, em, img, stack, c, driver_in_image=fam is not None)
     for ns in dep.nodesets:
-        need = GPU_NEEDS.get(ns.gpu_type or "")
+        need = gpu_needs(ns.gpu_type)
         ns_img = dep.image_of(ns)
         if need is None or ns.gpu_type is None or ns_img is None or ns_img.source != "ctk/image" \
                 or "nvidia_driver" not in ns_img.roles:

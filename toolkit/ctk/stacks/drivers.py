@@ -8,8 +8,8 @@ exactly what its image will carry, before any build starts:
 
 - a CUDA stack needs a driver at least its `min_driver` (jax[cuda13] needs >= 580, which no
   Debian archive has);
-- a GPU generation needs its driver and kernel module: Blackwell (B200, GB200) runs only on
-  NVIDIA's open kernel module, from driver 570;
+- a GPU generation needs its driver and kernel module: Blackwell (B200, GB200, GB300, RTX PRO
+  6000) runs only on NVIDIA's open kernel module, from driver 570;
 - Transformer Engine builds against a CUDA toolkit of its stack's CUDA major version, >= 12.1.
 """
 
@@ -23,6 +23,7 @@ import yaml
 
 from .. import paths
 from ..model import BASES
+from ..modules.machines import gpu_generation
 from .catalog import (
     python_tuple,  # "550.163.01" -> (550, 163, 1), as for Python versions
 )
@@ -31,11 +32,19 @@ from .catalog import (
 ANSIBLE_DISTRIBUTION = {"debian": "Debian", "ubuntu": "Ubuntu", "rocky": "Rocky"}
 ANSIBLE_FAMILY = {"debian": "Debian", "ubuntu": "Debian", "rocky": "RedHat"}
 
-# GPU generations that need more than any driver that runs CUDA 12: gres type -> (generation,
-# oldest driver, kernel module). Blackwell's GPUs have no proprietary-module support at all.
-GPU_NEEDS = {
-    "b200": ("Blackwell", "570", "open"),
+# GPU generations that need more than any driver that runs CUDA 12: generation -> (oldest
+# driver, kernel module). Blackwell's GPUs have no proprietary-module support at all.
+GENERATION_NEEDS = {
+    "Blackwell": ("570", "open"),
 }
+
+
+def gpu_needs(gres: str | None) -> tuple[str, str, str] | None:
+    """(generation, oldest driver, kernel module) a GPU of gres type GRES needs beyond CUDA 12's
+    drivers; None when any such driver runs it (or ctk does not know the type)."""
+    generation = gpu_generation(gres or "")
+    need = GENERATION_NEEDS.get(generation or "")
+    return (generation, *need) if generation and need else None
 
 # What Transformer Engine builds against: a CUDA toolkit of at least this release.
 TE_MIN_CUDA = "12.1"
