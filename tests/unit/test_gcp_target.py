@@ -31,6 +31,7 @@ VARS = "project_id=demo-project,deployment_name=demo"
 # cases', for those that have one).
 HANDOFFS = {
     "gcp-jax": CASES["gcp-jax"],
+    "gcp-a3ultra": CASES["gcp-a3ultra"],
     "ct-ml-slurm": CASES["ct-ml-slurm"],
     "ct-image-builder": (f"{FIXTURES}/examples/image-builder.yaml", ["--vars", VARS]),
     "ct-a3mega": CASES["ct-a3mega"],
@@ -106,7 +107,8 @@ def test_the_gcp_jax_blueprint_is_shaped_like_cluster_toolkits_image_builder(tmp
     groups = [g["group"] for g in bp["deployment_groups"]]
     assert groups == ["primary", "packer_jax_cpu", "packer_jax_cuda", "cluster"]
     primary = {m["id"]: m["source"] for m in bp["deployment_groups"][0]["modules"]}
-    assert primary == {"network": "modules/network/vpc", "jax_cpu_script": "modules/scripts/startup-script",
+    assert primary == {"network": "modules/network/vpc", "gpunets": "modules/network/multivpc",
+                       "jax_cpu_script": "modules/scripts/startup-script",
                        "jax_cuda_script": "modules/scripts/startup-script"}
     for g in bp["deployment_groups"][1:3]:
         [m] = g["modules"]  # Cluster Toolkit allows one Packer module per group
@@ -348,7 +350,7 @@ def test_the_cluster_only_blueprint_boots_the_images_the_packer_folders_build(tm
     assert main(["create", GCP_JAX, "-o", str(out)]) == 0
     bp = yaml.safe_load((out / "gcp" / "cluster-only.yaml").read_text())
     assert [g["group"] for g in bp["deployment_groups"]] == ["primary", "cluster"]
-    assert [m["id"] for m in bp["deployment_groups"][0]["modules"]] == ["network"]
+    assert [m["id"] for m in bp["deployment_groups"][0]["modules"]] == ["network", "gpunets"]  # the A3 Mega's
     for image, var in (("jax-cpu", "jax_cpu_image"), ("jax-cuda", "jax_cuda_image")):
         pk = json.loads((out / "gcp" / "packer" / image / "image.auto.pkrvars.json").read_text())
         assert bp["vars"][var] == {"name": pk["image_name"], "project": "$(vars.project_id)"}

@@ -209,6 +209,12 @@ def render(args) -> int:
     if not args.check:
         sys.stdout.write(script)
         return 0
+    note = jobcli.network_note(args.deployment, args.nodeset) if args.deployment else None
+    if note:
+        print(note, file=sys.stderr)
+    if args.deployment and not args.host and jobcli.templates.load_deployment(args.deployment).traits.hands_off_to_gcluster:
+        raise UserError(f"--deployment {args.deployment} is on Google Cloud: sbatch --test-only runs on its login node",
+                        hint=f"ctk job render {args.template} --check --deployment {args.deployment} --host LOGIN_NODE")
     cluster = jobcli.cluster_of(_ref(args))
     try:
         jobcli.check_limits(script, [], cluster)  # exit 2: a job the partitions would never start

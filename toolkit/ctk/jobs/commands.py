@@ -37,6 +37,24 @@ def render_cli(template: str, sets: list[str], nodes: str | None, deployment: st
     return options.check().apply(script) if options is not None else script
 
 
+def network_note(deployment: str, nodeset: str | None) -> str | None:
+    """What the GPUs of the job's nodeset talk over, and where that comes from (for render
+    --check); None for a nodeset without GPUs."""
+    from ..render import gpunets
+
+    cluster = templates.load_deployment(deployment)
+    ns, _ = templates.pick_nodeset(cluster, nodeset)
+    if not ns.gpu_count or ns.tpu_type:
+        return None
+    head = f"network: {ns.network} (nodeset {ns.name}, {ns.machine_type})"
+    if not cluster.traits.hands_off_to_gcluster:
+        return head
+    built = gpunets.wiring(cluster).described.get(ns.name)
+    if built:
+        return f"{head}: the Google Cloud hand-off gives it {built.split(': ', 1)[1]} (gcp/blueprint.yaml)"
+    return f"{head}: the Google Cloud hand-off gives it no GPU network; its GPUs talk over the primary network"
+
+
 def check_script(script: str, cluster) -> tuple[bool, str]:
     """`sbatch --test-only` of SCRIPT on CLUSTER: (accepted, Slurm's answer)."""
     from . import scheduler

@@ -29,13 +29,13 @@ import jinja2
 
 from .. import paths
 from ..errors import UserError, did_you_mean
+from ..modules.machines import NETWORKS
 from ..model import Deployment, Nodeset
 
 SUFFIX = ".sbatch.j2"
 COMMON = "_preempt.j2"
 TYPES = ("str", "int", "bool", "float", "list")
 ACCELERATORS = ("cpu", "gpu", "tpu")
-NETWORKS = ("tcp", "gpudirect-tcpx", "gpudirect-tcpxo", "rdma")
 
 # Values written into #SBATCH lines (or otherwise unquoted) must match one of these, fully.
 PATTERNS: dict[str, tuple[re.Pattern, str]] = {

@@ -642,7 +642,16 @@ def for_source(source: str) -> list[Check]:
     return _BY_SOURCE.get(source, [])
 
 
+# ctk's nodeset takes Cluster Toolkit's placement and reservation settings (which the gcp target
+# hands on as they are): the nodeset's checks that read them hold for it too. A check that reads a
+# setting ctk's nodeset lacks is left out by Values (Unknown).
+CTK_NODESET = "ctk/slurm/nodeset"
+_PLACEMENT = ("enable_placement", "placement_max_distance", "reservation_name")
+
+
 _BY_SOURCE: dict[str, list[Check]] = {}
 for _c in CHECKS:
     for _m in _c.modules:
         _BY_SOURCE.setdefault(_m, []).append(_c)
+_BY_SOURCE[CTK_NODESET] = [c for c in _BY_SOURCE[N] if any(f"var.{n}" in c.condition for n in _PLACEMENT)]
+WHAT[CTK_NODESET] = "nodeset"

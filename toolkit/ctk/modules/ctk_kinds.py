@@ -59,6 +59,13 @@ CONTAINER_IMAGE = ModuleKind(
     outputs=(Output("image", "The image name."),),
 )
 
+def _from_ct_nodeset(name: str, doc: str) -> Input:
+    """Input NAME of Cluster Toolkit's nodeset (its type and default), with ctk's DOC."""
+    inp = cluster_toolkit.NODESET.input(name)
+    assert inp is not None, name
+    return dataclasses.replace(inp, doc=doc)
+
+
 NODESET = ModuleKind(
     source="ctk/slurm/nodeset",
     role="nodeset",
@@ -76,6 +83,13 @@ NODESET = ModuleKind(
         _in("gpu_network", "string", None,
             "GPU network transport (tcp, gpudirect-tcpx, gpudirect-tcpxo, rdma); null: from the machine type."),
         _in("enable_spot_vm", "bool", False, "Spot VMs: cheaper, and taken back at 30 s notice (preempted)."),
+        _from_ct_nodeset("enable_placement", "On Google Cloud: create the nodes under a compact placement policy "
+                         "(Cluster Toolkit's default, true); false where a reservation places them. The lab ignores it."),
+        _from_ct_nodeset("placement_max_distance", "On Google Cloud: the largest distance (1, 2 or 3; A3 machines "
+                         "2 or 3) the placement policy allows; null: Compute Engine's choice. Needs enable_placement."),
+        _from_ct_nodeset("reservation_name", "On Google Cloud: the SPECIFIC reservation the nodes consume (NAME, or "
+                         "projects/P/reservations/NAME, optionally /reservationBlocks/B); \"\": none. Not with "
+                         "dws_flex. The lab ignores it."),
         _in("dws_flex", "object", {"enabled": False},
             "Flex-start capacity (Dynamic Workload Scheduler), as Cluster Toolkit's nodeset: {enabled (default "
             "true when given), max_run_duration (seconds a node may run, 600-604800; default 604800), "

@@ -30,6 +30,10 @@ import re
 from dataclasses import dataclass
 
 
+# The NCCL transports of the GPU networks (a MachineType's `network`; the jobs' `network`).
+NETWORKS = ("tcp", "gpudirect-tcpx", "gpudirect-tcpxo", "rdma")
+
+
 @dataclass(frozen=True)
 class MachineType:
     name: str

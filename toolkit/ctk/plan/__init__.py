@@ -69,6 +69,7 @@ def plan(exp: Expanded, c: Collector, stacks: dict[str, Stack] | None = None) ->
     _images.slurm_releases(exp, dep, c)
     _images.pick_stacks(exp, dep, c, stacks)
     _images.accelerator_rules(exp, dep, c, stacks)
+    _nodes.gpu_network_wiring(exp, dep)
     if dep.controller is None and (dep.partitions or dep.nodesets):
         dep.controller = Controller("", hostname=f"{cluster}-controller")
     if dep.controller is not None and dep.controller.slurm_auth:

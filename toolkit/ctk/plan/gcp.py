@@ -4,10 +4,11 @@ images.on_slurm_gcp_images (the target's boots_slurm_gcp_images trait)."""
 
 from __future__ import annotations
 
-from ..blueprint.errors import Collector
-from ..blueprint.expand import Expanded, ExpandedModule
+from ..blueprint.errors import BlueprintError, Collector
+from ..blueprint.expand import Expanded, ExpandedModule, setting_pos
 from ..blueprint.expression import is_deferred
-from ..model import Deployment, GcpSettings
+from ..model import BASES, Deployment, GcpSettings
+from ..modules import gpu_networks
 from .values import num_of
 
 
@@ -22,3 +23,34 @@ def plan_gcp(exp: Expanded, dep: Deployment, em: ExpandedModule | None, c: Colle
 
     text = {k: str(v) for k in ("project_id", "region", "zone", "image_machine_type") if (v := given(k)) is not None}
     return GcpSettings(**text, image_disk_size=num_of(given("image_disk_size")))
+
+
+def gpu_networks_on_gcp(exp: Expanded, dep: Deployment, c: Collector) -> None:
+    """The GPU networks the hand-off builds for nodesets of ctk's kinds (render.gcluster), as
+    their jobs will find them: a machine whose network ctk does not build trains over the primary
+    network (said, and its jobs' network is tcp); RDMA's NCCL plugin comes from an apt
+    repository, so its nodes' image must have apt."""
+    for ns in dep.nodesets:
+        em = exp.module(ns.module_id)
+        if em is None or not em.module.source.startswith("ctk/") or ns.network == "tcp":
+            continue
+        why = gpu_networks.NOT_WIRED.get(ns.machine_type)
+        if why and "gpu_network" in em.explicit:
+            c.add(f"nodeset {ns.name}: on Google Cloud ctk does not build {ns.machine_type}'s {ns.network} network "
+                  f"({why})", setting_pos(exp, em, "gpu_network"),
+                  "gpu_network: tcp (the primary network alone), or write the cluster in Cluster Toolkit's kinds "
+                  "(its examples/machine-learning/a4x-maxgpu-4g-metal)")
+            continue
+        if why:
+            exp.warnings.append(BlueprintError(
+                f"nodeset {ns.name}: on Google Cloud ctk does not build {ns.machine_type}'s {ns.network} network "
+                f"({why}): its jobs train over the primary network alone (their network: tcp)",
+                setting_pos(exp, em, "machine_type"), "set gpu_network: tcp to say so and silence this"))
+            ns.network = "tcp"
+            continue
+        img = dep.image_of(ns)
+        base = BASES.get(img.base) if img is not None else None
+        if ns.network == "rdma" and img is not None and base is not None and base.distribution == "rocky":
+            c.add(f"nodeset {ns.name}: RDMA's NCCL plugin (Google's gIB, nccl-gib) comes from an apt repository, "
+                  f"and image '{img.name}' is on {img.base}", setting_pos(exp, em, "machine_type"),
+                  "build the nodes' image on ubuntu-24.04 (or another apt base), or gpu_network: tcp")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from typing import Any, TypedDict
 
-from ..blueprint.errors import Collector, did_you_mean
+from ..blueprint.errors import BlueprintError, Collector, did_you_mean
 from ..blueprint.expand import Expanded, ExpandedModule
 from ..blueprint.expand import setting_pos as setting_pos
 from ..blueprint.expression import CannotEvaluate, Deferred, is_deferred
@@ -23,12 +23,13 @@ from ..model import (
     Unsupported,
     slurm_text,
 )
-from ..modules import is_remote
+from ..modules import gpu_networks, is_remote
 from ..modules.ctk_kinds import (
     CLOUD_PARAMETERS_KEYS,
     DWS_FLEX_KEYS,
 )
 from ..modules.machines import (
+    NETWORKS,
     accelerator_gpu,
     known_machine_types,
     known_series,
@@ -247,9 +248,52 @@ def _nodeset(em: ExpandedModule, cluster: str, c: Collector, doc, images=None) -
             g = accelerator_gpu(acc["type"])
             if g and int_of(acc.get("count")):
                 gpu_type, gpu_count = g[0], int_of(acc.get("count"))
-    network = str_of(em.get("gpu_network")) or mt.network
+    network = _gpu_network(em, mtype, mt.network, c, doc)
     return Nodeset(machine_type=mtype, cpus=mt.cpus, memory_mb=mt.memory_mb, gpu_type=gpu_type,
                    gpu_count=gpu_count, network=network, **common)
+
+
+def _gpu_network(em: ExpandedModule, mtype: str, own: str, c: Collector, doc) -> str:
+    """A ctk nodeset's GPU network: its gpu_network, which may name the machine's own or tcp (the
+    primary network alone); else the machine type's."""
+    given = em.get("gpu_network")
+    if given is None or is_deferred(given):
+        return own
+    where = doc.pos(em.module.path + ("settings", "gpu_network"))
+    if given not in NETWORKS:
+        c.add(f"gpu_network {given!r} is not a GPU network", where,
+              did_you_mean(str(given), NETWORKS) or f"one of {', '.join(NETWORKS)}")
+        return own
+    if given not in ("tcp", own):
+        c.add(f"{mtype} has no {given} network: its GPUs talk over {own}", where,
+              f"gpu_network: {own}, or tcp (the primary network alone), or leave it out"
+              if own != "tcp" else "leave gpu_network out, or tcp")
+        return own
+    return str(given)
+
+
+def gpu_network_wiring(exp: Expanded, dep: Deployment) -> None:
+    """A Cluster Toolkit nodeset on a GPU machine whose GPU NICs are wired to nothing (no
+    additional_networks, set or fed by a multivpc or gpu-rdma-vpc in `use`) trains over its
+    primary network alone: its jobs' network is tcp, and ctk says so."""
+    for ns in dep.nodesets:
+        em = exp.module(ns.module_id)
+        if em is None or em.schema is None or em.module.source.startswith("ctk/") or ns.network == "tcp" \
+                or ns.tpu_type:
+            continue
+        if "additional_networks" in em.explicit or "additional_networks" in em.from_vars \
+                or em.modules_feeding("additional_networks"):
+            continue
+        g = gpu_networks.of_machine(ns.machine_type)
+        how = (f"a {gpu_networks.MULTIVPC} of {g.gpu_nics} networks in its use" if g and g.multivpc else
+               f"additional_networks from a {gpu_networks.RDMA_VPC}" if g else "additional_networks")
+        exp.warnings.append(BlueprintError(
+            f"nodeset '{em.id}': {ns.machine_type}'s GPU network ({ns.network}) is not wired: no additional_networks, "
+            "so its jobs train over the primary network alone (their network: tcp)",
+            exp.blueprint.doc.pos(em.module.path + ("settings", "machine_type") if "machine_type" in em.explicit
+                                  else em.module.path + ("id",)),
+            f"give it {how}, as Cluster Toolkit's examples/machine-learning do"))
+        ns.network = "tcp"
 
 
 def _partition(exp: Expanded, em: ExpandedModule, by_id: dict[str, Nodeset], c: Collector) -> Partition:

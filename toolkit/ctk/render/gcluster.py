@@ -36,6 +36,7 @@ from ..modules.machines import lookup_machine
 from ..stacks import get_stack
 from ..stacks.rolevars import role_variables
 from ..yamlout import dump
+from . import gpunets
 
 TARBALL = "ctk-roles.tar.gz"
 TARBALL_PATH = f"gcp/{TARBALL}"  # in the deployment folder
@@ -52,6 +53,7 @@ CT_SCRIPT = "modules/scripts/startup-script"
 CT_VPC = "modules/network/vpc"
 # Machine families that take Hyperdisk only (no Persistent Disk): their boot disk type.
 _HYPERDISK_ONLY = ("c4", "c4a", "c4d", "n4", "h4d", "a4", "a4x", "x4", "m4", "g4")
+_HYPERDISK_ONLY_TYPES = ("a3-ultragpu-",)  # A3 Ultra, unlike the other A3s
 
 
 def gcp_roles(img: ImageSpec) -> list[str]:
@@ -194,7 +196,8 @@ def _image_ref(dep: Deployment, name: str | None) -> str:
 
 def _boot_disk(machine_type: str) -> str:
     family = machine_type.split("-", 1)[0]
-    return "hyperdisk-balanced" if family in _HYPERDISK_ONLY else "pd-balanced"
+    hyperdisk = family in _HYPERDISK_ONLY or machine_type.startswith(_HYPERDISK_ONLY_TYPES)
+    return "hyperdisk-balanced" if hyperdisk else "pd-balanced"
 
 
 def _booting(dep: Deployment, image: str | None, machine_type: str) -> dict:
@@ -208,12 +211,16 @@ def _nodeset(exp: Expanded, dep: Deployment, ns: Nodeset) -> dict:
     if ns.tpu_type:
         return {"id": ns.module_id, "source": CT_NODESET_TPU, "use": ["network"],
                 "settings": {"name": ns.name, "node_type": ns.tpu_type, **counts, "preemptible": ns.spot}}
+    em = exp.module(ns.module_id)
     settings = {"name": ns.name, **counts, **_booting(dep, ns.image, ns.machine_type)}
     if ns.spot:
         settings["enable_spot_vm"] = True
     if ns.flex_max_run_duration is not None:  # the ctk nodeset's dws_flex as written (the same keys)
-        em = exp.module(ns.module_id)
         settings["dws_flex"] = plain(em.get("dws_flex")) if em else {"max_run_duration": ns.flex_max_run_duration}
+    for key in ("enable_placement", "placement_max_distance", "reservation_name"):  # Cluster Toolkit's, as written
+        v = em.get(key) if em and key in em.explicit | em.from_vars else None
+        if v is not None and v != "":
+            settings[key] = plain(v)
     conf = dict(ns.node_conf)
     if ns.features:
         conf["Features"] = ",".join(ns.features)
@@ -261,7 +268,10 @@ def native_blueprint(exp: Expanded, dep: Deployment, pinned: dict[str, str] | No
         vars_[_image_var(img)] = ({"name": pinned[img.name]} if pinned else {"family": family_name(img)}) \
             | {"project": "$(vars.project_id)"}
 
-    primary: list[dict] = [{"id": "network", "source": CT_VPC}]
+    nets = gpunets.wiring(dep)
+    primary: list[dict] = [{"id": "network", "source": CT_VPC, **({"settings": nets.network_settings}
+                                                                  if nets.network_settings else {})},
+                           *nets.network_modules]
     groups: list[dict] = [{"group": "primary", "modules": primary}]
     for img in images if pinned is None else ():
         fam = slurm_gcp.family_for(img.base)
@@ -279,7 +289,12 @@ def native_blueprint(exp: Expanded, dep: Deployment, pinned: dict[str, str] | No
                 "state_timeout": "30m",
             }}]})
 
-    cluster = [_nodeset(exp, dep, ns) for ns in dep.nodesets]
+    cluster = list(nets.cluster_modules)
+    for ns in dep.nodesets:
+        mod = _nodeset(exp, dep, ns)
+        mod["use"] += nets.nodeset_use.get(ns.module_id, [])
+        mod["settings"].update(nets.nodeset_settings.get(ns.module_id, {}))
+        cluster.append(mod)
     by_name = {ns.name: ns.module_id for ns in dep.nodesets}
     for p in dep.partitions:
         conf = {k: str(v) for k, v in p.conf.items()}
@@ -307,6 +322,7 @@ def native_blueprint(exp: Expanded, dep: Deployment, pinned: dict[str, str] | No
         params = {k: getattr(ctl, k) for k in _CLOUD_PARAMETERS if getattr(ctl, k) != getattr(Controller, k)}
         if params:
             settings["cloud_parameters"] = params
+        settings.update(nets.controller_settings)
         cluster.append({"id": ctl.module_id or "controller", "source": CT_CONTROLLER,
                         "use": ["network", *(p.module_id for p in dep.partitions), *(lg.module_id for lg in dep.logins)],
                         "settings": settings})
@@ -348,6 +364,25 @@ def _kept(exp: Expanded, dep: Deployment) -> dict:
     return data
 
 
+def _gpu_network_lines(dep: Deployment) -> list[str]:
+    """What the README says of the GPU networks blueprint.yaml builds."""
+    described = gpunets.wiring(dep).described
+    if not described:
+        return []
+    lines = ["", "The GPU networks, as Cluster Toolkit's examples/machine-learning build them for these machines:", ""]
+    by_name = {ns.name: ns for ns in dep.nodesets}
+    lines += [f"- nodeset `{n}` ({by_name[n].machine_type}): {d}" for n, d in described.items()]
+    if any(by_name[n].network == "gpudirect-tcpxo" for n in described):
+        lines += ["", "GPUDirect-TCPXO also needs, in the nodes' image, the dmabuf-import-helper kernel module and the",
+                  "udev rule that makes /dev/aperture_devices (Cluster Toolkit's A3 Mega image build installs",
+                  "them); ctk's roles do not install them yet."]
+    nets = {by_name[n].network for n in described}
+    fetched = [w for w, yes in (("RxDM from slurm-gcp's master branch", nets & {"gpudirect-tcpx", "gpudirect-tcpxo"}),
+                                ("the gIB plugin from Google's apt repository", "rdma" in nets)) if yes]
+    lines += ["", f"At boot the nodes fetch {' and '.join(fetched)}, as in those examples."]
+    return lines
+
+
 def _readme(exp: Expanded, dep: Deployment, images: list[ImageSpec]) -> str:
     # A Cluster Toolkit blueprint on another target keeps its project in its vars.
     project = (dep.settings.project_id if isinstance(dep.settings, GcpSettings) else None) or exp.vars.get("project_id")
@@ -372,6 +407,8 @@ def _readme(exp: Expanded, dep: Deployment, images: list[ImageSpec]) -> str:
         on = f"{fam.family} ({slurm_gcp.PROJECT}; Slurm {fam.slurm})" if fam else "the blueprint's own image build"
         lines.append(f"- `{img.name}`: on {on}, ctk's roles {', '.join(gcp_roles(img)) or '(none)'}"
                      + (f", stack {img.stack}" if "jax" in gcp_roles(img) else ""))
+    if dep.traits.hands_off_to_gcluster:
+        lines += _gpu_network_lines(dep)
     lines += [
         "",
         "ctk's roles run on each image's build VM from its startup script: the data runner copies",
