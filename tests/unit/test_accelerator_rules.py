@@ -11,7 +11,12 @@ import yaml
 
 from conftest import ROOT
 from ctk import paths
-from ctk.modules.machines import ACCELERATORS, GENERATIONS, known_machine_types, lookup_machine
+from ctk.modules.machines import (
+    ACCELERATORS,
+    GENERATIONS,
+    known_machine_types,
+    lookup_machine,
+)
 from ctk.stacks.drivers import GENERATION_NEEDS, cuda_toolkit, gpu_needs, image_driver
 
 ENV = {**os.environ, "PYTHONPATH": os.path.join(ROOT, "toolkit")}

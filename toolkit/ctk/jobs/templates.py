@@ -29,8 +29,8 @@ import jinja2
 
 from .. import paths
 from ..errors import UserError, did_you_mean
-from ..modules.machines import NETWORKS
 from ..model import Deployment, Nodeset
+from ..modules.machines import NETWORKS
 
 SUFFIX = ".sbatch.j2"
 COMMON = "_preempt.j2"

@@ -29,7 +29,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-
 # The NCCL transports of the GPU networks (a MachineType's `network`; the jobs' `network`).
 NETWORKS = ("tcp", "gpudirect-tcpx", "gpudirect-tcpxo", "rdma")
 

@@ -21,6 +21,7 @@ def plan_gcp(exp: Expanded, dep: Deployment, em: ExpandedModule | None, c: Colle
         v = em.get(name)
         return None if v is None or is_deferred(v) else v
 
+    gpu_networks_on_gcp(exp, dep, c)
     text = {k: str(v) for k in ("project_id", "region", "zone", "image_machine_type") if (v := given(k)) is not None}
     return GcpSettings(**text, image_disk_size=num_of(given("image_disk_size")))
 
@@ -54,3 +55,13 @@ def gpu_networks_on_gcp(exp: Expanded, dep: Deployment, c: Collector) -> None:
             c.add(f"nodeset {ns.name}: RDMA's NCCL plugin (Google's gIB, nccl-gib) comes from an apt repository, "
                   f"and image '{img.name}' is on {img.base}", setting_pos(exp, em, "machine_type"),
                   "build the nodes' image on ubuntu-24.04 (or another apt base), or gpu_network: tcp")
+    by_name = {ns.name: ns for ns in dep.nodesets}
+    for p in dep.partitions:
+        rxdm = {g.rxdm: n for n in p.nodesets if (g := gpu_networks.of_machine(by_name[n].machine_type))
+                and g.multivpc and by_name[n].network == g.transport}
+        if len(rxdm) > 1:
+            em = exp.module(p.module_id)
+            assert em is not None  # planned from it
+            c.add(f"partition {p.name}: nodesets {' and '.join(sorted(rxdm.values()))} need different receive-datapath "
+                  f"managers ({', '.join(sorted(rxdm))}) as the partition's prolog", setting_pos(exp, em, "nodeset"),
+                  "put GPUDirect-TCPX and GPUDirect-TCPXO nodesets in partitions of their own")
