@@ -107,7 +107,7 @@ def test_the_gcp_jax_blueprint_is_shaped_like_cluster_toolkits_image_builder(tmp
     groups = [g["group"] for g in bp["deployment_groups"]]
     assert groups == ["primary", "packer_jax_cpu", "packer_jax_cuda", "cluster"]
     primary = {m["id"]: m["source"] for m in bp["deployment_groups"][0]["modules"]}
-    assert primary == {"network": "modules/network/vpc", "gpunets": "modules/network/multivpc",
+    assert primary == {"network": "modules/network/vpc", "ctk_gpunets": "modules/network/multivpc",
                        "jax_cpu_script": "modules/scripts/startup-script",
                        "jax_cuda_script": "modules/scripts/startup-script"}
     for g in bp["deployment_groups"][1:3]:
@@ -350,7 +350,7 @@ def test_the_cluster_only_blueprint_boots_the_images_the_packer_folders_build(tm
     assert main(["create", GCP_JAX, "-o", str(out)]) == 0
     bp = yaml.safe_load((out / "gcp" / "cluster-only.yaml").read_text())
     assert [g["group"] for g in bp["deployment_groups"]] == ["primary", "cluster"]
-    assert [m["id"] for m in bp["deployment_groups"][0]["modules"]] == ["network", "gpunets"]  # the A3 Mega's
+    assert [m["id"] for m in bp["deployment_groups"][0]["modules"]] == ["network", "ctk_gpunets"]  # the A3 Mega's
     for image, var in (("jax-cpu", "jax_cpu_image"), ("jax-cuda", "jax_cuda_image")):
         pk = json.loads((out / "gcp" / "packer" / image / "image.auto.pkrvars.json").read_text())
         assert bp["vars"][var] == {"name": pk["image_name"], "project": "$(vars.project_id)"}

@@ -5,6 +5,7 @@ those blueprints in ../shared/fixtures), and the jobs rendered for the deploymen
 import json
 import os
 import re
+import shutil
 import subprocess
 
 import pytest
@@ -107,14 +108,19 @@ def test_an_a3mega_nodeset_gets_the_a3mega_examples_eight_gpu_networks_and_rxdm(
     ctl = modules(bp)["controller"]["settings"]
     for key in ("enable_external_prolog_epilog", "slurm_conf_tpl"):
         assert ctl[key] == ct_ctl[key], key
-    assert ctl["controller_startup_script"] == "$(controller_startup.startup_script)"
-    [runner] = modules(bp)["controller_startup"]["settings"]["runners"]
-    assert gn.PROLOG_URL + "receive-data-path-manager-mega" in ct_stage
-    assert f'"{gn.PROLOG_URL}$1"' in runner["content"] and "\nfetch receive-data-path-manager-mega\n" in runner["content"]
+    assert ctl["controller_startup_script"] == "$(ctk_controller_startup.startup_script)"
+    [runner] = modules(bp)["ctk_controller_startup"]["settings"]["runners"]
+    # the example's script, from one commit of slurm-gcp rather than its master branch
+    master = "https://raw.githubusercontent.com/GoogleCloudPlatform/slurm-gcp/master/"
+    assert master + gn.PROLOG_PATH + "receive-data-path-manager-mega" in ct_stage
+    assert gn.PROLOG_URL.replace(gn.SLURM_GCP_COMMIT, "master") == master + gn.PROLOG_PATH
+    assert f'"{gn.PROLOG_URL}$1"' in runner["content"]
+    assert "\nfetch receive-data-path-manager-mega " + gn.PROLOG_SHA256["receive-data-path-manager-mega"] \
+        in runner["content"]
     assert "rxdm.prolog_slurmd" in ct_stage and "rxdm.epilog_slurmd" in ct_stage
     assert "link a3mega receive-data-path-manager-mega rxdm rxdm" in runner["content"]
     assert gn.SLURM_ADM in ct_stage and f"adm={gn.SLURM_ADM}" in runner["content"]
-    assert "partition-$1-prolog_slurmd.d/$3.prolog_slurmd" in runner["content"]
+    assert "partition-$1-prolog_slurmd.d/$3.prolog_slurmd" in runner["content"]  # as the example's folders
     rc, out = validate(str(tmp_path / "dep" / "gcp" / "blueprint.yaml"), capsys)
     assert rc == 0, out
 
@@ -132,7 +138,7 @@ def test_an_a3ultra_nodeset_gets_the_a3ultra_examples_rdma_networks(tmp_path, ca
     [rdma] = by_source(bp, gn.RDMA_VPC)
     assert rdma["settings"] == with_vars(ct_rdma["settings"], ct_vars)  # the RoCE profile, 8 subnetworks
     assert rdma["settings"]["subnetworks_template"]["count"] == 8
-    net1 = mods["gpu_net1"]
+    net1 = mods["ctk_gpu_net1"]
     assert net1["settings"] == with_vars(ct_net1["settings"], ct_vars)  # MTU 8896, its subnetwork and firewall
     assert mods["network"]["settings"]["mtu"] == ct_mods["a3ultra-slurm-net-0"]["settings"]["mtu"] == 8896
 
@@ -143,17 +149,17 @@ def test_an_a3ultra_nodeset_gets_the_a3ultra_examples_rdma_networks(tmp_path, ca
         for old, new in ids:
             text = text.replace(old, new)
         return text
-    assert normal(nodeset["additional_networks"], [("gpu_net1", "NET1"), ("gpu_rdma", "RDMA")]) == normal(
+    assert normal(nodeset["additional_networks"], [("ctk_gpu_net1", "NET1"), ("ctk_gpu_rdma", "RDMA")]) == normal(
         ct_nodeset["settings"]["additional_networks"], [("a3ultra-slurm-net-1", "NET1"), ("a3ultra-slurm-rdma-net", "RDMA")])
     for key in ("bandwidth_tier", "disk_type", "enable_placement"):
         assert nodeset[key] == ct_nodeset["settings"][key], key
     assert nodeset["reservation_name"] == "a3u-reservation"
     # the gIB plugin at the version the example installs, by the nodes' startup script
     assert ct_vars["nccl_gib_version"] == gn.NCCL_GIB_VERSION
-    assert nodeset["startup_script"] == "$(rdma_startup.startup_script)"
-    [runner] = mods["rdma_startup"]["settings"]["runners"]
+    assert nodeset["startup_script"] == "$(ctk_rdma_startup.startup_script)"
+    [runner] = mods["ctk_rdma_startup"]["settings"]["runners"]
     assert f"want={gn.NCCL_GIB_VERSION}" in runner["content"] and "gpudirect-gib-apt" in runner["content"]
-    assert "controller_startup" not in mods and "slurm_conf_tpl" not in mods["controller"]["settings"]  # no RxDM
+    assert "ctk_controller_startup" not in mods and "slurm_conf_tpl" not in mods["controller"]["settings"]  # no RxDM
     rc, out = validate(str(tmp_path / "dep" / "gcp" / "blueprint.yaml"), capsys)
     assert rc == 0, out
 
@@ -282,25 +288,32 @@ def test_a_partition_of_tcpx_and_tcpxo_nodesets_is_refused(tmp_path, capsys):
 
 
 def test_tcpx_and_rdma_nodesets_in_one_deployment_each_get_theirs(tmp_path):
-    """Networks are added once per kind: an A3 High and an A4X nodeset beside the A3 Mega get a
-    multivpc of 4 (beside the Mega's 8) and the A4X's RDMA networks; the primary network takes
-    the smaller MTU."""
-    bp = variant(tmp_path, GCP_JAX, ("  - id: a3mega_partition\n",
-                                     "  - id: a3high_nodeset\n    source: ctk/slurm/nodeset\n    use: [gpu_image]\n"
-                                     "    settings:\n      machine_type: a3-highgpu-8g\n      node_count_dynamic_max: 1\n\n"
-                                     "  - id: a4x_nodeset\n    source: ctk/slurm/nodeset\n    use: [gpu_image]\n"
-                                     "    settings:\n      machine_type: a4x-highgpu-4g\n      node_count_dynamic_max: 1\n"
-                                     "      gpu_network: tcp\n\n"
-                                     "  - id: a3mega_partition\n"))
-    out = handoff(tmp_path, bp)
+    """Networks are added once per kind: A3 High, A3 Mega and A4X nodesets beside the A3 Ultra get
+    a multivpc of 4 and one of 8, and RDMA networks of 4 beside the A3 Ultra's 8; the primary
+    network takes the smaller MTU; a nodeset that opts out gets none."""
+    extra = "".join(f"  - id: {mid}\n    source: ctk/slurm/nodeset\n    use: [gpu_image]\n    settings:\n"
+                    f"      machine_type: {mt}\n      node_count_dynamic_max: 1\n{more}\n"
+                    for mid, mt, more in (("a3high_nodeset", "a3-highgpu-8g", ""), ("a3mega_nodeset", "a3-megagpu-8g", ""),
+                                          ("a4x_nodeset", "a4x-highgpu-4g", ""),
+                                          ("a4_nodeset", "a4-highgpu-8g", "      gpu_network: tcp\n")))
+    out = handoff(tmp_path, variant(tmp_path, GCP_A3ULTRA, ("  - id: a3u_partition\n", extra + "  - id: a3u_partition\n")))
     mods = modules(out)
     counts = {m["id"]: m["settings"]["network_count"] for m in by_source(out, gn.MULTIVPC)}
-    assert counts == {"gpunets_4": 4, "gpunets_8": 8}
-    assert mods["a3high_nodeset"]["use"] == ["network", "gpunets_4"]
-    assert mods["a3mega_nodeset"]["use"] == ["network", "gpunets_8"]
+    assert counts == {"ctk_gpunets_4": 4, "ctk_gpunets_8": 8}
+    assert mods["a3high_nodeset"]["use"] == ["network", "ctk_gpunets_4"]
+    assert mods["a3mega_nodeset"]["use"] == ["network", "ctk_gpunets_8"]
     assert len({m["settings"]["network_name_prefix"] for m in by_source(out, gn.MULTIVPC)}) == 2
-    assert "additional_networks" not in mods["a4x_nodeset"]["settings"]  # opted out
-    assert mods["network"]["settings"]["mtu"] == 8244
+    rdma = {m["id"]: m["settings"]["subnetworks_template"]["count"] for m in by_source(out, gn.RDMA_VPC)}
+    assert rdma == {"ctk_gpu_rdma_4": 4, "ctk_gpu_rdma_8": 8}
+    assert len({m["settings"]["network_name"] for m in by_source(out, gn.RDMA_VPC)}) == 2
+    assert "ctk_gpu_rdma_4.subnetwork_interfaces" in mods["a4x_nodeset"]["settings"]["additional_networks"]
+    assert "ctk_gpu_rdma_8.subnetwork_interfaces" in mods["a3u_nodeset"]["settings"]["additional_networks"]
+    assert "additional_networks" not in mods["a4_nodeset"]["settings"] and mods["a4_nodeset"]["use"] == ["network"]
+    assert mods["network"]["settings"] == {"mtu": 8244, "network_address_range": gn.PRIMARY_RANGE_WITH_GPUNETS}
+    # in no partition, the A3s get no RxDM, and the README says so
+    assert "ctk_controller_startup" not in mods
+    readme = (tmp_path / "dep" / "gcp" / "README.md").read_text()
+    assert "(a3-megagpu-8g): gpudirect-tcpxo: 8 GPU networks (multivpc 'ctk_gpunets_8'), and no RxDM" in readme
 
 
 def test_the_startup_runners_are_sound_shell(tmp_path):
@@ -309,7 +322,7 @@ def test_the_startup_runners_are_sound_shell(tmp_path):
     scripts = []
     for bp in (GCP_JAX, GCP_A3ULTRA):
         out = handoff(tmp_path, bp)
-        for mid in ("controller_startup", "rdma_startup"):
+        for mid in ("ctk_controller_startup", "ctk_rdma_startup"):
             if mid in modules(out):
                 scripts += [r["content"] for r in modules(out)[mid]["settings"]["runners"]]
     assert len(scripts) == 2
@@ -376,3 +389,99 @@ def test_a_cluster_toolkit_gpu_nodeset_without_its_networks_is_said_and_its_jobs
     assert main(["create", A3MEGA, "-o", str(out), *args]) == 0
     nets = {n["name"]: n["network"] for n in json.loads((out / "deployment.json").read_text())["nodesets"]}
     assert nets["a3meganodeset"] == "gpudirect-tcpxo"
+
+
+def test_the_controllers_runner_stages_rxdm_behind_its_check_and_a_wrong_file_is_not_run(tmp_path):
+    """The controller's runner, run for real (its folder moved under tmp_path, a stand-in curl on
+    PATH): the checked script is linked as the partition's prolog and epilog through ctk's
+    wrapper, which runs it where the node has what it needs and skips it (exit 0) where not; a
+    fetched file whose SHA-256 differs is never installed."""
+    import hashlib
+
+    out = handoff(tmp_path, GCP_JAX)
+    [runner] = modules(out)["ctk_controller_startup"]["settings"]["runners"]
+    adm, bin_ = tmp_path / "adm", tmp_path / "bin"
+    bin_.mkdir()
+    served = tmp_path / "served"
+    served.write_text('#!/bin/bash\necho "rxdm $SLURM_SCRIPT_CONTEXT" >> "$CTK_TEST_OUT"\n')
+    real_sha = gn.PROLOG_SHA256["receive-data-path-manager-mega"]
+    text = runner["content"].replace(gn.SLURM_ADM, str(adm))
+    (bin_ / "curl").write_text(f'#!/bin/bash\nwhile [ "$1" != "-o" ]; do shift; done\ncp {served} "$2"\n')
+    (bin_ / "logger").write_text('#!/bin/bash\necho "logger $*" >> "$CTK_TEST_OUT"\n')
+    for tool in ("curl", "logger"):
+        (bin_ / tool).chmod(0o755)
+    env = {"PATH": f"{bin_}:/usr/bin:/bin", "CTK_TEST_OUT": str(tmp_path / "out")}
+
+    def stage(sha):
+        shutil.rmtree(adm, ignore_errors=True)
+        script = tmp_path / "runner.sh"
+        script.write_text(text.replace(real_sha, sha))
+        r = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=30)
+        assert r.returncode == 0, r.stderr
+        return r.stderr
+
+    def prolog(**more):
+        (tmp_path / "out").unlink(missing_ok=True)
+        link = adm / "partition-a3mega-prolog_slurmd.d" / "rxdm.prolog_slurmd"
+        r = subprocess.run([str(link)], env={**env, "SLURM_SCRIPT_CONTEXT": "prolog_slurmd", "SLURM_JOB_ID": "7",
+                                             **more}, capture_output=True, text=True, timeout=30)
+        assert r.returncode == 0, r.stderr
+        return (tmp_path / "out").read_text()
+
+    stage(hashlib.sha256(served.read_bytes()).hexdigest())
+    for d, name in (("prolog", "rxdm.prolog_slurmd"), ("epilog", "rxdm.epilog_slurmd")):
+        link = adm / f"partition-a3mega-{d}_slurmd.d" / name
+        assert os.readlink(link) == str(adm / "scripts" / "ctk-receive-data-path-manager-mega")
+    # a node with Docker and the dmabuf-import-helper module: slurm-gcp's script runs
+    for tool in ("docker", "modinfo"):
+        (bin_ / tool).write_text("#!/bin/bash\nexit 0\n")
+        (bin_ / tool).chmod(0o755)
+    assert prolog() == "rxdm prolog_slurmd\n"
+    # without the module: skipped, and the node's log says why
+    (bin_ / "modinfo").write_text("#!/bin/bash\nexit 1\n")
+    assert prolog() == "logger -t ctk-rxdm job 7: RxDM skipped, this node lacks the dmabuf-import-helper kernel module\n"
+    # a file that is not the one expected: not installed, said, and the wrapper skips
+    (bin_ / "modinfo").write_text("#!/bin/bash\nexit 0\n")
+    err = stage(real_sha)
+    assert "could not fetch slurm-gcp's receive-data-path-manager-mega" in err
+    assert not (adm / "scripts" / "receive-data-path-manager-mega").exists()
+    assert "lacks slurm-gcp's receive-data-path-manager-mega (not fetched)" in prolog()
+
+
+def test_a_module_id_the_hand_off_takes_is_refused_at_its_line(tmp_path, capsys):
+    bp = variant(tmp_path, GCP_JAX, ("  - id: a3mega_nodeset\n", "  - id: ctk_gpunets\n"),
+                 ("use: [a3mega_nodeset]", "use: [ctk_gpunets]"))
+    rc, out = validate(bp, capsys)
+    assert rc == 2
+    [err] = out["errors"]
+    assert "module id 'ctk_gpunets' is one the Google Cloud hand-off gives" in err["message"]
+    assert err["line"] == line_of(bp, "- id: ctk_gpunets")
+
+
+def test_a3_edge_is_said_not_built(tmp_path, capsys):
+    bp = variant(tmp_path, GCP_JAX, ("machine_type: a3-megagpu-8g", "machine_type: a3-edgegpu-8g"))
+    rc, out = validate(bp, capsys)
+    assert rc == 0
+    [w] = out["warnings"]
+    assert "ctk does not build a3-edgegpu-8g's gpudirect-tcpx network (slurm-gcp's receive-datapath manager runs " \
+        "on a3-highgpu-8g only)" in w["message"]
+
+
+def test_blackwell_on_a_slurm_gcp_family_below_570_is_refused_at_its_line(tmp_path, capsys):
+    for machine in ("g4-standard-48", "a4x-maxgpu-4g-metal", "a4-highgpu-8g"):
+        bp = variant(tmp_path, GCP_JAX, ("machine_type: a3-megagpu-8g", f"machine_type: {machine}"))
+        rc, out = validate(bp, capsys)
+        assert rc == 2, machine
+        [err] = [e for e in out["errors"] if "Blackwell" in e["message"]]
+        assert "need NVIDIA driver 570 or later" in err["message"] and "with driver 550.90.12" in err["message"]
+        assert err["line"] == line_of(bp, f"machine_type: {machine}") and "ubuntu-24.04" in err["hint"]
+    rc, out = validate(GCP_A3ULTRA, capsys)  # ubuntu-24.04's family: driver 570
+    assert rc == 0, out
+
+
+def test_gpu_network_on_a_machine_without_gpus(tmp_path, capsys):
+    bp = variant(tmp_path, GCP_JAX, ("machine_type: c2-standard-8\n", "machine_type: c2-standard-8\n      gpu_network: rdma\n"))
+    rc, out = validate(bp, capsys)
+    assert rc == 2
+    [err] = out["errors"]
+    assert err["message"] == "c2-standard-8 has no rdma network: its nodes have no GPU network"

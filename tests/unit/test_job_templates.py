@@ -4,6 +4,7 @@ no value can change a script's #SBATCH header or run anything; golden scripts; b
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -495,3 +496,16 @@ def test_container_on_a_lab_without_container_images_says_how_to_add_one():
     with pytest.raises(UserError) as e:
         templates.render("container", {"image": "jax-cpu"}, CMD, _dep("lab"))
     assert "add a ctk/container-image module" in f"{e.value} {getattr(e.value, 'hint', '')}"
+
+
+def test_a_cache_folder_removed_between_renders_costs_only_a_compile(tmp_path, monkeypatch):
+    """The compiled-template cache is a convenience: its folder gone (a cleaned ~/.cache) or not a
+    folder at all, rendering goes on."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    first = templates.render("jax-smoke", {}, ["python3", "-V"])
+    assert os.listdir(tmp_path / "cache" / "ctk" / "jinja")
+    shutil.rmtree(tmp_path / "cache")
+    assert templates.render("jax-smoke", {}, ["python3", "-V"]) == first
+    shutil.rmtree(tmp_path / "cache" / "ctk" / "jinja")
+    (tmp_path / "cache" / "ctk" / "jinja").write_text("not a folder")
+    assert templates.render("jax-smoke", {}, ["python3", "-V"]) == first

@@ -51,7 +51,11 @@ def network_note(deployment: str, nodeset: str | None) -> str | None:
         return head
     built = gpunets.wiring(cluster).described.get(ns.name)
     if built:
-        return f"{head}: the Google Cloud hand-off gives it {built.split(': ', 1)[1]} (gcp/blueprint.yaml)"
+        line = f"{head}: the Google Cloud hand-off gives it {built.split(': ', 1)[1]} (gcp/blueprint.yaml)"
+        if ns.network in ("gpudirect-tcpx", "gpudirect-tcpxo"):
+            line += ("; RxDM needs Docker and more on the nodes (gcp/README.md), and where a node lacks them the "
+                     "job runs over sockets: see journalctl -t ctk-rxdm there")
+        return line
     return f"{head}: the Google Cloud hand-off gives it no GPU network; its GPUs talk over the primary network"
 
 

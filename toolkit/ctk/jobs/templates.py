@@ -556,30 +556,41 @@ def _fail(message: str):
     raise UserError(message)
 
 
-_ENVS: dict[str, jinja2.Environment] = {}
+_ENVS: dict[tuple[str, str | None], jinja2.Environment] = {}
 
 
 def _environment() -> jinja2.Environment:
-    """One Jinja environment per templates folder: it keeps compiled templates and recompiles
-    a file when its mtime changes (auto_reload)."""
-    d = template_dir()
-    if d not in _ENVS:
-        _ENVS[d] = _new_environment()
-    return _ENVS[d]
+    """One Jinja environment per templates folder and cache folder: it keeps compiled templates
+    and recompiles a file when its mtime changes (auto_reload)."""
+    key = (template_dir(), _cache_dir("jinja"))
+    if key not in _ENVS:
+        _ENVS[key] = _new_environment(key[1])
+    return _ENVS[key]
 
 
-def _bytecode_cache() -> jinja2.BytecodeCache | None:
+class _BytecodeCache(jinja2.FileSystemBytecodeCache):
     """Compiled templates kept between runs (each `ctk job` is a new process, and compiling
     jax-train costs more than the rest of a submit), in a folder only this user can read;
-    Jinja recompiles a template whose source changed. None where no such folder can be made."""
-    d = _cache_dir("jinja")
-    return jinja2.FileSystemBytecodeCache(d) if d else None
+    Jinja recompiles a template whose source changed. A cache that cannot be read or written
+    (its folder removed meanwhile, a full disk) costs a compile, never the render."""
+
+    def load_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+        try:
+            super().load_bytecode(bucket)
+        except OSError:
+            pass
+
+    def dump_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+        try:
+            super().dump_bytecode(bucket)
+        except OSError:
+            pass
 
 
-def _new_environment() -> jinja2.Environment:
+def _new_environment(cache: str | None) -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(template_dir()), undefined=jinja2.StrictUndefined,
                              keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True,
-                             autoescape=False, bytecode_cache=_bytecode_cache())
+                             autoescape=False, bytecode_cache=_BytecodeCache(cache) if cache else None)
     env.filters.update(q=q, qargv=qargv, shsplit=shsplit, envname=envname, on_stack=on_stack)
     env.globals["fail"] = _fail
     return env

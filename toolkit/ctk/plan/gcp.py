@@ -27,10 +27,14 @@ def plan_gcp(exp: Expanded, dep: Deployment, em: ExpandedModule | None, c: Colle
 
 
 def gpu_networks_on_gcp(exp: Expanded, dep: Deployment, c: Collector) -> None:
-    """The GPU networks the hand-off builds for nodesets of ctk's kinds (render.gcluster), as
+    """The GPU networks the hand-off builds for nodesets of ctk's kinds (render.gpunets), as
     their jobs will find them: a machine whose network ctk does not build trains over the primary
     network (said, and its jobs' network is tcp); RDMA's NCCL plugin comes from an apt
     repository, so its nodes' image must have apt."""
+    for m in exp.modules:
+        if gpu_networks.reserved_id(m.id):
+            c.add(f"module id '{m.id}' is one the Google Cloud hand-off gives the modules of its GPU networks",
+                  exp.blueprint.doc.pos(m.module.path + ("id",)), "give the module another id")
     for ns in dep.nodesets:
         em = exp.module(ns.module_id)
         if em is None or not em.module.source.startswith("ctk/") or ns.network == "tcp":
@@ -60,8 +64,8 @@ def gpu_networks_on_gcp(exp: Expanded, dep: Deployment, c: Collector) -> None:
         rxdm = {g.rxdm: n for n in p.nodesets if (g := gpu_networks.of_machine(by_name[n].machine_type))
                 and g.multivpc and by_name[n].network == g.transport}
         if len(rxdm) > 1:
-            em = exp.module(p.module_id)
-            assert em is not None  # planned from it
+            pm = exp.module(p.module_id)
+            assert pm is not None  # planned from it
             c.add(f"partition {p.name}: nodesets {' and '.join(sorted(rxdm.values()))} need different receive-datapath "
-                  f"managers ({', '.join(sorted(rxdm))}) as the partition's prolog", setting_pos(exp, em, "nodeset"),
+                  f"managers ({', '.join(sorted(rxdm))}) as the partition's prolog", setting_pos(exp, pm, "nodeset"),
                   "put GPUDirect-TCPX and GPUDirect-TCPXO nodesets in partitions of their own")

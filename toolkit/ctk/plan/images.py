@@ -203,20 +203,31 @@ def accelerator_rules(exp: Expanded, dep: Deployment, c: Collector, stacks: dict
     for ns in dep.nodesets:
         need = gpu_needs(ns.gpu_type)
         ns_img = dep.image_of(ns)
-        if need is None or ns.gpu_type is None or ns_img is None or ns_img.source != "ctk/image" \
-                or "nvidia_driver" not in ns_img.roles:
+        if need is None or ns.gpu_type is None or ns_img is None or ns_img.source != "ctk/image":
             continue
         generation, floor, module = need
+        em = module_of(exp, ns.module_id)
+        where = doc.pos(em.module.path + (("settings", "machine_type") if "machine_type" in em.explicit else ("id",)))
+        gpus = f"nodeset {ns.name}: {ns.machine_type}'s {ns.gpu_type.upper()} GPUs ({generation})"
+        on_gcp = slurm_gcp.family_for(ns_img.base) if dep.traits.boots_slurm_gcp_images else None
+        if on_gcp is not None:  # the image's driver is slurm-gcp's: its version is known, its module is not
+            if python_tuple(on_gcp.driver) >= python_tuple(floor):
+                continue
+            fits = [f"{f.base} ({f.family})" for f in slurm_gcp.FAMILIES.values()
+                    if python_tuple(f.driver) >= python_tuple(floor)]
+            c.add(f"{gpus} need NVIDIA driver {floor} or later (its {module} kernel module); image '{ns_img.name}' "
+                  f"boots slurm-gcp's {on_gcp.family}, with driver {on_gcp.driver}", where,
+                  f"build image '{ns_img.name}' on {' or '.join(fits)}" if fits else "no slurm-gcp family has it")
+            continue
+        if "nvidia_driver" not in ns_img.roles:
+            continue
         driver = image_driver(ns_img.base)
         if driver is None or (driver.at_least(floor) and driver.kernel_module == module):
             continue
-        em = module_of(exp, ns.module_id)
-        where = em.module.path + (("settings", "machine_type") if "machine_type" in em.explicit else ("id",))
         fits = bases_with_driver(floor, module)
-        c.add(f"nodeset {ns.name}: {ns.machine_type}'s {ns.gpu_type.upper()} GPUs ({generation}) need NVIDIA's "
-              f"{module} kernel module from driver {floor}; image '{ns_img.name}' (base {ns_img.base}) gets driver "
-              f"{driver.version} with the {driver.kernel_module} module ({driver.source})", doc.pos(where),
-              f"build image '{ns_img.name}' on a base that has it ({', '.join(fits)})" if fits else
+        c.add(f"{gpus} need NVIDIA's {module} kernel module from driver {floor}; image '{ns_img.name}' (base "
+              f"{ns_img.base}) gets driver {driver.version} with the {driver.kernel_module} module ({driver.source})",
+              where, f"build image '{ns_img.name}' on a base that has it ({', '.join(fits)})" if fits else
               "no base ctk builds has it")
 
 

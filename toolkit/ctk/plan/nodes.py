@@ -265,9 +265,12 @@ def _gpu_network(em: ExpandedModule, mtype: str, own: str, c: Collector, doc) ->
               did_you_mean(str(given), NETWORKS) or f"one of {', '.join(NETWORKS)}")
         return own
     if given not in ("tcp", own):
-        c.add(f"{mtype} has no {given} network: its GPUs talk over {own}", where,
-              f"gpu_network: {own}, or tcp (the primary network alone), or leave it out"
-              if own != "tcp" else "leave gpu_network out, or tcp")
+        if own == "tcp":
+            c.add(f"{mtype} has no {given} network: its nodes have no GPU network", where,
+                  "leave gpu_network out (or tcp)")
+        else:
+            c.add(f"{mtype} has no {given} network: its GPUs talk over {own}", where,
+                  f"gpu_network: {own}, or tcp (the primary network alone), or leave it out")
         return own
     return str(given)
 

@@ -31,7 +31,7 @@ from .. import paths
 from ..blueprint.expand import Expanded, plain
 from ..blueprint.expression import is_deferred
 from ..model import Controller, Deployment, GcpSettings, ImageSpec, Nodeset, Partition
-from ..modules import lookup, slurm_gcp
+from ..modules import gpu_networks, lookup, slurm_gcp
 from ..modules.machines import lookup_machine
 from ..stacks import get_stack
 from ..stacks.rolevars import role_variables
@@ -372,14 +372,19 @@ def _gpu_network_lines(dep: Deployment) -> list[str]:
     lines = ["", "The GPU networks, as Cluster Toolkit's examples/machine-learning build them for these machines:", ""]
     by_name = {ns.name: ns for ns in dep.nodesets}
     lines += [f"- nodeset `{n}` ({by_name[n].machine_type}): {d}" for n, d in described.items()]
-    if any(by_name[n].network == "gpudirect-tcpxo" for n in described):
-        lines += ["", "GPUDirect-TCPXO also needs, in the nodes' image, the dmabuf-import-helper kernel module and the",
-                  "udev rule that makes /dev/aperture_devices (Cluster Toolkit's A3 Mega image build installs",
-                  "them); ctk's roles do not install them yet."]
     nets = {by_name[n].network for n in described}
-    fetched = [w for w, yes in (("RxDM from slurm-gcp's master branch", nets & {"gpudirect-tcpx", "gpudirect-tcpxo"}),
-                                ("the gIB plugin from Google's apt repository", "rdma" in nets)) if yes]
-    lines += ["", f"At boot the nodes fetch {' and '.join(fetched)}, as in those examples."]
+    if nets & {"gpudirect-tcpx", "gpudirect-tcpxo"}:
+        lines += ["", "RxDM runs in Docker containers (NVIDIA's container toolkit) on the nodes; TCPXO's needs the",
+                  "dmabuf-import-helper kernel module too, TCPX's the NIC topology file",
+                  "/opt/tcpdirect_benchmark/gpu_rxq_configuration.textproto. Cluster Toolkit's A3 images carry",
+                  "them; ctk's roles do not install them yet. Where a node lacks one, ctk's wrapper lets the job",
+                  "run without RxDM (NCCL then uses sockets) and logs why (`journalctl -t ctk-rxdm`).",
+                  "The controller fetches slurm-gcp's RxDM scripts at boot from commit "
+                  f"{gpu_networks.SLURM_GCP_COMMIT[:12]}, checking",
+                  "each file's SHA-256; the scripts pull their containers at each job."]
+    if "rdma" in nets:
+        lines += ["", "The RDMA nodes install Google's gIB NCCL plugin from its apt repository as they start, as",
+                  "Cluster Toolkit's examples do."]
     return lines
 
 

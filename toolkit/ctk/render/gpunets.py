@@ -53,9 +53,16 @@ def wired_nodesets(dep: Deployment) -> list[tuple[Nodeset, GpuNetwork]]:
     return out
 
 
-def _suffix(key, keys: list) -> str:
-    """'' when the deployment has one set of such networks, else the set's distinguishing number."""
-    return "" if len(keys) == 1 else f"{key[0]}" if isinstance(key, tuple) else f"{key}"
+def _suffix(i: int, n: int, keys: list) -> str:
+    """'' when the deployment has one set of such networks (KEYS), else what tells set I apart: its
+    NIC count N, or its place where two sets have the same count."""
+    if len(keys) == 1:
+        return ""
+    counts = [k if isinstance(k, int) else k[0] for k in keys]
+    return str(n) if counts.count(n) == 1 else f"{n}_{i}"
+
+
+MULTIVPC_ID, NET1_ID, RDMA_ID, RDMA_STARTUP_ID, CONTROLLER_STARTUP_ID = gn.MODULE_IDS
 
 
 def wiring(dep: Deployment) -> Wiring:
@@ -69,9 +76,9 @@ def wiring(dep: Deployment) -> Wiring:
 
     counts = sorted({g.gpu_nics for _, g in wired if g.multivpc})
     multivpc_id = {}
-    for n in counts:
-        sfx = _suffix(n, counts)
-        multivpc_id[n] = f"gpunets{sfx and '_' + sfx}"
+    for i, n in enumerate(counts):
+        sfx = _suffix(i, n, counts)
+        multivpc_id[n] = f"{MULTIVPC_ID}{sfx and '_' + sfx}"
         w.network_modules.append({"id": multivpc_id[n], "source": gn.MULTIVPC, "settings": {
             "network_name_prefix": f"$(vars.deployment_name)-gpunet{sfx}",
             "global_ip_address_range": gn.GPUNETS_RANGE,
@@ -80,10 +87,10 @@ def wiring(dep: Deployment) -> Wiring:
 
     rdma_sets = sorted({(g.gpu_nics, g.second_nic_range) for _, g in wired if not g.multivpc})
     rdma_ids = {}
-    for key in rdma_sets:
+    for i, key in enumerate(rdma_sets):
         n, net1 = key
-        sfx = _suffix(key, rdma_sets)
-        net1_id, rdma_id = f"gpu_net1{sfx and '_' + sfx}", f"gpu_rdma{sfx and '_' + sfx}"
+        sfx = _suffix(i, n, rdma_sets)
+        net1_id, rdma_id = f"{NET1_ID}{sfx and '_' + sfx}", f"{RDMA_ID}{sfx and '_' + sfx}"
         rdma_ids[key] = (net1_id, rdma_id)
         name = f"$(vars.deployment_name){sfx and '-' + sfx}"
         w.network_modules += [
@@ -102,26 +109,29 @@ def wiring(dep: Deployment) -> Wiring:
         ]
 
     if rdma_sets:
-        w.cluster_modules.append({"id": "rdma_startup", "source": CT_SCRIPT, "settings": {"runners": [
+        w.cluster_modules.append({"id": RDMA_STARTUP_ID, "source": CT_SCRIPT, "settings": {"runners": [
             {"type": "shell", "destination": "ctk-nccl-gib.sh", "content": nccl_gib_script()}]}})
+    rxdm = _rxdm_partitions(dep, wired)
+    members = {p.name: p.nodesets for p in dep.partitions}
     for ns, g in wired:
         if g.multivpc:
             w.nodeset_use[ns.module_id] = [multivpc_id[g.gpu_nics]]
-            w.described[ns.name] = (f"{g.transport}: {g.gpu_nics} GPU networks (multivpc "
-                                    f"'{multivpc_id[g.gpu_nics]}'), slurm-gcp's RxDM as its partitions' prolog")
+            parts = [p for p, _ in rxdm if ns.name in members[p]]
+            w.described[ns.name] = (f"{g.transport}: {g.gpu_nics} GPU networks (multivpc '{multivpc_id[g.gpu_nics]}')"
+                                    + (f", slurm-gcp's RxDM as the prolog and epilog of partition {', '.join(parts)}"
+                                       if parts else ", and no RxDM: the nodeset is in no partition"))
         else:
             net1_id, rdma_id = rdma_ids[(g.gpu_nics, g.second_nic_range)]
             w.nodeset_settings[ns.module_id] = {
                 "additional_networks": additional_networks(net1_id, rdma_id),
-                "startup_script": "$(rdma_startup.startup_script)"}
+                "startup_script": f"$({RDMA_STARTUP_ID}.startup_script)"}
             w.described[ns.name] = (f"rdma: a second gVNIC network ('{net1_id}') and {g.gpu_nics} RDMA subnetworks "
                                     f"('{rdma_id}'), Google's gIB NCCL plugin")
 
-    rxdm = _rxdm_partitions(dep, wired)
     if rxdm:
-        w.cluster_modules.append({"id": "controller_startup", "source": CT_SCRIPT, "settings": {"runners": [
+        w.cluster_modules.append({"id": CONTROLLER_STARTUP_ID, "source": CT_SCRIPT, "settings": {"runners": [
             {"type": "shell", "destination": "ctk-rxdm.sh", "content": rxdm_script(rxdm)}]}})
-        w.controller_settings.update({"controller_startup_script": "$(controller_startup.startup_script)",
+        w.controller_settings.update({"controller_startup_script": f"$({CONTROLLER_STARTUP_ID}.startup_script)",
                                       "enable_external_prolog_epilog": True, "slurm_conf_tpl": gn.LONG_PROLOG_TPL})
     return w
 
@@ -150,30 +160,59 @@ def _rxdm_partitions(dep: Deployment, wired: list[tuple[Nodeset, GpuNetwork]]) -
 
 def rxdm_script(partitions: list[tuple[str, GpuNetwork]]) -> str:
     """The controller's startup runner that stages slurm-gcp's RxDM as the prolog and epilog of
-    PARTITIONS, in the folders slurmd runs them from."""
-    scripts = sorted({g.rxdm for _, g in partitions})
-    fetches = "\n".join(f"fetch {shlex.quote(s)}" for s in scripts)
-    links = "\n".join(f"link {shlex.quote(p)} {shlex.quote(g.rxdm)} {g.rxdm_links[0]} {g.rxdm_links[1]}"
-                      for p, g in partitions)
+    PARTITIONS, in the folders slurmd runs them from: each script fetched from one commit of
+    slurm-gcp and checked against its SHA-256, behind ctk's check of what it needs on the node."""
+    nets = {g.rxdm: g for _, g in partitions}
+    fetches = "\n".join(f"fetch {s} {gn.PROLOG_SHA256[s]}" for s in sorted(nets))
+    guards = "\n".join(_guard(s, nets[s]) for s in sorted(nets))
+    links = "\n".join(f"link {shlex.quote(p)} {g.rxdm} {g.rxdm_links[0]} {g.rxdm_links[1]}" for p, g in partitions)
     return f"""#!/bin/bash
 # ctk: the receive-datapath manager (RxDM) GPUDirect-TCPX(O) needs on every node of a job, as
-# the prolog and epilog of the partitions whose nodes have it: slurm-gcp's script, which
-# slurmd runs from these folders as a job starts and ends (enable_external_prolog_epilog).
-set -euo pipefail
+# the prolog and epilog of the partitions whose nodes have it: slurm-gcp's script (from commit
+# {gn.SLURM_GCP_COMMIT[:12]}, checked), run by slurmd from these folders as a job starts and ends
+# (enable_external_prolog_epilog) through ctk's check of what it needs on the node.
+set -uo pipefail
 adm={gn.SLURM_ADM}
 install -d -m 0755 "$adm/scripts"
-fetch() {{  # NAME: slurm-gcp's prolog/epilog script NAME, into $adm/scripts
-  curl -fsS --retry 5 -o "$adm/scripts/$1.part" "{gn.PROLOG_URL}$1"
-  chmod 0755 "$adm/scripts/$1.part"
-  mv -f "$adm/scripts/$1.part" "$adm/scripts/$1"
+fetch() {{  # NAME SHA256: slurm-gcp's script NAME into $adm/scripts; without it, jobs run without RxDM
+  if curl -fsS --retry 5 -o "$adm/scripts/$1.part" "{gn.PROLOG_URL}$1" \\
+      && echo "$2  $adm/scripts/$1.part" | sha256sum --check --quiet --strict; then
+    chmod 0755 "$adm/scripts/$1.part" && mv -f "$adm/scripts/$1.part" "$adm/scripts/$1"
+  else
+    rm -f "$adm/scripts/$1.part"
+    echo "ctk: could not fetch slurm-gcp's $1 (or it was not the file expected); jobs run without RxDM" >&2
+  fi
 }}
 link() {{  # PARTITION SCRIPT PROLOG EPILOG
   install -d -m 0755 "$adm/partition-$1-prolog_slurmd.d" "$adm/partition-$1-epilog_slurmd.d"
-  ln -sfn "$adm/scripts/$2" "$adm/partition-$1-prolog_slurmd.d/$3.prolog_slurmd"
-  ln -sfn "$adm/scripts/$2" "$adm/partition-$1-epilog_slurmd.d/$4.epilog_slurmd"
+  ln -sfn "$adm/scripts/ctk-$2" "$adm/partition-$1-prolog_slurmd.d/$3.prolog_slurmd"
+  ln -sfn "$adm/scripts/ctk-$2" "$adm/partition-$1-epilog_slurmd.d/$4.epilog_slurmd"
 }}
 {fetches}
+{guards}
 {links}
+"""
+
+
+def _guard(script: str, g: GpuNetwork) -> str:
+    """The runner's lines that write ctk-SCRIPT: SCRIPT where the node has what it needs (else the
+    job goes on without GPUDirect, and the node's log says why)."""
+    needs = [("command -v docker", "Docker")] + list(gn.RXDM_NEEDS.get(g.transport, ()))
+    checks = "\n".join(f'{test} >/dev/null 2>&1 || missing="$missing, {what}"' for test, what in needs)
+    return f"""cat > "$adm/scripts/ctk-{script}" <<'CTK_EOF'
+#!/bin/bash
+# ctk: slurm-gcp's {script} for {g.transport}, where this node has what it needs; where not, the
+# job runs on without GPUDirect (NCCL then uses sockets) and the node's log (ctk-rxdm) says why.
+missing=""
+test -x {gn.SLURM_ADM}/scripts/{script} || missing="$missing, slurm-gcp's {script} (not fetched)"
+{checks}
+if [ -n "$missing" ]; then
+  logger -t ctk-rxdm "job ${{SLURM_JOB_ID:-?}}: RxDM skipped, this node lacks ${{missing#, }}" || true
+  exit 0
+fi
+exec {gn.SLURM_ADM}/scripts/{script} "$@"
+CTK_EOF
+chmod 0755 "$adm/scripts/ctk-{script}"
 """
 
 
@@ -185,7 +224,7 @@ def nccl_gib_script() -> str:
 # Artifact Registry, once per node; /usr/local/gib/scripts/set_nccl_env.sh sets NCCL up for it.
 set -euo pipefail
 want={gn.NCCL_GIB_VERSION}
-if dpkg-query -W -f='${{Version}}\n' nccl-gib 2>/dev/null | grep -qxF "$want"; then
+if dpkg-query -W -f='${{Version}}\\n' nccl-gib 2>/dev/null | grep -qxF "$want"; then
   exit 0
 fi
 export DEBIAN_FRONTEND=noninteractive
