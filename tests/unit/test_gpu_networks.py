@@ -250,23 +250,6 @@ def test_a_gpu_network_the_machine_lacks_is_refused_at_its_line(tmp_path, capsys
     assert "did you mean 'rdma'" in err["hint"]
 
 
-def test_a4x_max_is_said_not_built_and_its_jobs_use_the_primary_network(tmp_path, capsys):
-    bp = variant(tmp_path, GCP_A3ULTRA, ("machine_type: a3-ultragpu-8g", "machine_type: a4x-maxgpu-4g-metal"))
-    rc, out = validate(bp, capsys)
-    assert rc == 0, out
-    [w] = out["warnings"]
-    assert "ctk does not build a4x-maxgpu-4g-metal's rdma network" in w["message"]
-    assert w["line"] == line_of(bp, "machine_type: a4x-maxgpu-4g-metal") and "gpu_network: tcp" in w["hint"]
-    dep = tmp_path / "dep"
-    assert main(["create", bp, "-o", str(dep), "--vars", "project_id=demo"]) == 0
-    assert json.loads((dep / "deployment.json").read_text())["nodesets"][0]["network"] == "tcp"
-    assert gn.RDMA_VPC not in (dep / "gcp" / "blueprint.yaml").read_text()
-    asked = variant(tmp_path, bp, ("      enable_placement: false\n",
-                                   "      enable_placement: false\n      gpu_network: rdma\n"), name="asked.yaml")
-    rc, out = validate(asked, capsys)
-    assert rc == 2 and out["errors"][0]["line"] == line_of(asked, "gpu_network: rdma")
-
-
 def test_rdma_nodes_need_an_apt_image(tmp_path, capsys):
     bp = variant(tmp_path, GCP_A3ULTRA, ("name: jax-cuda\n      base: ubuntu-24.04", "name: jax-cuda\n      base: rocky-9"))
     rc, out = validate(bp, capsys)
@@ -288,13 +271,12 @@ def test_a_partition_of_tcpx_and_tcpxo_nodesets_is_refused(tmp_path, capsys):
 
 
 def test_tcpx_and_rdma_nodesets_in_one_deployment_each_get_theirs(tmp_path):
-    """Networks are added once per kind: A3 High, A3 Mega and A4X nodesets beside the A3 Ultra get
-    a multivpc of 4 and one of 8, and RDMA networks of 4 beside the A3 Ultra's 8; the primary
-    network takes the smaller MTU; a nodeset that opts out gets none."""
+    """Networks are added once per kind: A3 High and A3 Mega nodesets beside the A3 Ultra get a
+    multivpc of 4 and one of 8, the A3 Ultra its RDMA networks; the primary network takes the
+    smaller MTU; a nodeset that opts out gets none."""
     extra = "".join(f"  - id: {mid}\n    source: ctk/slurm/nodeset\n    use: [gpu_image]\n    settings:\n"
                     f"      machine_type: {mt}\n      node_count_dynamic_max: 1\n{more}\n"
                     for mid, mt, more in (("a3high_nodeset", "a3-highgpu-8g", ""), ("a3mega_nodeset", "a3-megagpu-8g", ""),
-                                          ("a4x_nodeset", "a4x-highgpu-4g", ""),
                                           ("a4_nodeset", "a4-highgpu-8g", "      gpu_network: tcp\n")))
     out = handoff(tmp_path, variant(tmp_path, GCP_A3ULTRA, ("  - id: a3u_partition\n", extra + "  - id: a3u_partition\n")))
     mods = modules(out)
@@ -303,17 +285,26 @@ def test_tcpx_and_rdma_nodesets_in_one_deployment_each_get_theirs(tmp_path):
     assert mods["a3high_nodeset"]["use"] == ["network", "ctk_gpunets_4"]
     assert mods["a3mega_nodeset"]["use"] == ["network", "ctk_gpunets_8"]
     assert len({m["settings"]["network_name_prefix"] for m in by_source(out, gn.MULTIVPC)}) == 2
-    rdma = {m["id"]: m["settings"]["subnetworks_template"]["count"] for m in by_source(out, gn.RDMA_VPC)}
-    assert rdma == {"ctk_gpu_rdma_4": 4, "ctk_gpu_rdma_8": 8}
-    assert len({m["settings"]["network_name"] for m in by_source(out, gn.RDMA_VPC)}) == 2
-    assert "ctk_gpu_rdma_4.subnetwork_interfaces" in mods["a4x_nodeset"]["settings"]["additional_networks"]
-    assert "ctk_gpu_rdma_8.subnetwork_interfaces" in mods["a3u_nodeset"]["settings"]["additional_networks"]
+    assert [m["id"] for m in by_source(out, gn.RDMA_VPC)] == ["ctk_gpu_rdma"]
+    assert "ctk_gpu_rdma.subnetwork_interfaces" in mods["a3u_nodeset"]["settings"]["additional_networks"]
     assert "additional_networks" not in mods["a4_nodeset"]["settings"] and mods["a4_nodeset"]["use"] == ["network"]
     assert mods["network"]["settings"] == {"mtu": 8244, "network_address_range": gn.PRIMARY_RANGE_WITH_GPUNETS}
     # in no partition, the A3s get no RxDM, and the README says so
     assert "ctk_controller_startup" not in mods
     readme = (tmp_path / "dep" / "gcp" / "README.md").read_text()
     assert "(a3-megagpu-8g): gpudirect-tcpxo: 8 GPU networks (multivpc 'ctk_gpunets_8'), and no RxDM" in readme
+
+
+def test_arm_machines_are_refused_on_the_x86_images(tmp_path, capsys):
+    bp = variant(tmp_path, GCP_A3ULTRA, ("machine_type: a3-ultragpu-8g", "machine_type: a4x-highgpu-4g"),
+                 ("machine_type: n2-standard-8", "machine_type: c4a-standard-8"))
+    rc, out = validate(bp, capsys)
+    assert rc == 2
+    got = {e["line"]: e["message"] for e in out["errors"]}
+    assert got == {line_of(bp, "machine_type: a4x-highgpu-4g"): "module 'a3u_nodeset': a4x-highgpu-4g has Arm CPUs, "
+                   "and the images ctk builds on slurm-gcp's families are x86-64",
+                   line_of(bp, "machine_type: c4a-standard-8"): "module 'login': c4a-standard-8 has Arm CPUs, and the "
+                   "images ctk builds on slurm-gcp's families are x86-64"}
 
 
 def test_the_startup_runners_are_sound_shell(tmp_path):
@@ -458,13 +449,24 @@ def test_a_module_id_the_hand_off_takes_is_refused_at_its_line(tmp_path, capsys)
     assert err["line"] == line_of(bp, "- id: ctk_gpunets")
 
 
-def test_a3_edge_is_said_not_built(tmp_path, capsys):
+def test_a3_edge_is_said_not_built_and_its_jobs_use_the_primary_network(tmp_path, capsys):
     bp = variant(tmp_path, GCP_JAX, ("machine_type: a3-megagpu-8g", "machine_type: a3-edgegpu-8g"))
     rc, out = validate(bp, capsys)
-    assert rc == 0
+    assert rc == 0, out
     [w] = out["warnings"]
     assert "ctk does not build a3-edgegpu-8g's gpudirect-tcpx network (slurm-gcp's receive-datapath manager runs " \
         "on a3-highgpu-8g only)" in w["message"]
+    assert w["line"] == line_of(bp, "machine_type: a3-edgegpu-8g") and "gpu_network: tcp" in w["hint"]
+    dep = tmp_path / "dep"
+    assert main(["create", bp, "-o", str(dep), "--vars", "project_id=demo"]) == 0
+    nets = {n["name"]: n["network"] for n in json.loads((dep / "deployment.json").read_text())["nodesets"]}
+    assert nets["a3meganodeset"] == "tcp"
+    assert gn.MULTIVPC not in (dep / "gcp" / "blueprint.yaml").read_text()
+    asked = variant(tmp_path, bp, ("machine_type: a3-edgegpu-8g\n",
+                                   "machine_type: a3-edgegpu-8g\n      gpu_network: gpudirect-tcpx\n"), name="asked.yaml")
+    rc, out = validate(asked, capsys)
+    assert rc == 2 and out["errors"][0]["line"] == line_of(asked, "gpu_network: gpudirect-tcpx")
+    assert "gpu_network: tcp" in out["errors"][0]["hint"]
 
 
 def test_blackwell_on_a_slurm_gcp_family_below_570_is_refused_at_its_line(tmp_path, capsys):

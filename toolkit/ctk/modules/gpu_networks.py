@@ -18,7 +18,9 @@ this table against them):
   `-vpc-roce` network profile with 8 subnetworks (192.168.128.0/18), as the nodeset's
   additional_networks; the primary network at MTU 8896; Google's gIB NCCL plugin (apt package
   nccl-gib, 1.1.0) with /usr/local/gib/scripts/set_nccl_env.sh sourced by every login shell.
-- A4X (a4x-highgpu-4g): as A3 Ultra with 4 RDMA subnetworks and net-1 on 192.168.64.0/19.
+- A4X (a4x-highgpu-4g): as A3 Ultra with 4 RDMA subnetworks and net-1 on 192.168.64.0/19 (its
+  CPUs are Arm: the gcp target refuses it for the x86-64 images ctk builds; the entry serves
+  Cluster Toolkit's own nodesets).
 - RxDM runs in Docker containers (with NVIDIA's container toolkit) on the node; TCPXO's also
   needs the dmabuf-import-helper kernel module, TCPX's the NIC topology file
   /opt/tcpdirect_benchmark/gpu_rxq_configuration.textproto. The examples' images carry them;

@@ -286,6 +286,15 @@ def lookup_machine(name: str) -> MachineType | None:
     return None
 
 
+# Series whose CPUs are Arm (Google Axion: c4a, n4a; Ampere Altra: t2a; NVIDIA Grace: a4x).
+ARM_SERIES = ("c4a", "n4a", "t2a", "a4x")
+
+
+def is_arm(name: str) -> bool:
+    """Whether machine type NAME has Arm CPUs (an x86-64 image cannot boot on it)."""
+    return isinstance(name, str) and name.strip().lower().split("-", 1)[0] in ARM_SERIES
+
+
 def known_machine_types() -> list[str]:
     """Every predefined machine type name lookup_machine() knows (not custom ones)."""
     names = set(_GPU_MACHINES) | set(_LISTED)

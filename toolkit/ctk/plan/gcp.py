@@ -9,6 +9,7 @@ from ..blueprint.expand import Expanded, ExpandedModule, setting_pos
 from ..blueprint.expression import is_deferred
 from ..model import BASES, Deployment, GcpSettings
 from ..modules import gpu_networks
+from ..modules.machines import is_arm
 from .values import num_of
 
 
@@ -21,9 +22,26 @@ def plan_gcp(exp: Expanded, dep: Deployment, em: ExpandedModule | None, c: Colle
         v = em.get(name)
         return None if v is None or is_deferred(v) else v
 
+    x86_machines(exp, dep, c)
     gpu_networks_on_gcp(exp, dep, c)
     text = {k: str(v) for k in ("project_id", "region", "zone", "image_machine_type") if (v := given(k)) is not None}
     return GcpSettings(**text, image_disk_size=num_of(given("image_disk_size")))
+
+
+def x86_machines(exp: Expanded, dep: Deployment, c: Collector) -> None:
+    """The images ctk builds on slurm-gcp's families are x86-64: a VM of an Arm series cannot
+    boot them."""
+    vms = [(ns.module_id, ns.machine_type) for ns in dep.nodesets if not ns.tpu_type]
+    vms += [(lg.module_id, lg.machine_type) for lg in dep.logins]
+    if dep.controller is not None and dep.controller.module_id:
+        vms.append((dep.controller.module_id, dep.controller.machine_type))
+    for module_id, machine in vms:
+        em = exp.module(module_id)
+        if em is not None and em.module.source.startswith("ctk/") and is_arm(machine):
+            c.add(f"module '{module_id}': {machine} has Arm CPUs, and the images ctk builds on slurm-gcp's families "
+                  "are x86-64", setting_pos(exp, em, "machine_type"),
+                  "pick an x86-64 machine type, or write the cluster in Cluster Toolkit's kinds (its A4X examples "
+                  "build an Arm image)")
 
 
 def gpu_networks_on_gcp(exp: Expanded, dep: Deployment, c: Collector) -> None:
@@ -43,8 +61,8 @@ def gpu_networks_on_gcp(exp: Expanded, dep: Deployment, c: Collector) -> None:
         if why and "gpu_network" in em.explicit:
             c.add(f"nodeset {ns.name}: on Google Cloud ctk does not build {ns.machine_type}'s {ns.network} network "
                   f"({why})", setting_pos(exp, em, "gpu_network"),
-                  "gpu_network: tcp (the primary network alone), or write the cluster in Cluster Toolkit's kinds "
-                  "(its examples/machine-learning/a4x-maxgpu-4g-metal)")
+                  "gpu_network: tcp (the primary network alone), or write the cluster in Cluster Toolkit's kinds, "
+                  "with the networks and prolog its examples/machine-learning give the machine")
             continue
         if why:
             exp.warnings.append(BlueprintError(
