@@ -398,3 +398,25 @@ def test_show_reports_what_the_hand_off_leaves_out(tmp_path, capsys):
     assert "Not in the gcp hand-off" in out and "homefs" in out and "ctk/target/gcp" not in out
     assert main(["show", GCP_JAX]) == 0
     assert "Not in the gcp hand-off" not in capsys.readouterr().out
+
+
+def test_every_vm_boots_an_image_and_the_cluster_has_a_controller(tmp_path, capsys):
+    """On Google Cloud each VM boots one of the blueprint's images: a module that names none where
+    there are two, or no controller at all, is refused at its line (the hand-off would carry an
+    empty instance_image that gcluster refuses)."""
+    bp = variant(tmp_path, ("use: [cpu_image, cpu_partition, a3mega_partition, login]",
+                            "use: [cpu_partition, a3mega_partition, login]"))
+    rc, out = validate(bp, capsys)
+    assert rc == 2
+    [err] = out["errors"]
+    assert err["message"] == ("module 'controller' boots no image: on Google Cloud each VM boots one of the "
+                              "blueprint's images, and it has 2")
+    assert err["line"] == line_of(bp, "- id: controller") and "jax-cpu, jax-cuda" in err["hint"]
+    text = open(GCP_JAX).read()
+    no_controller = tmp_path / "noctl.yaml"
+    no_controller.write_text(text[:text.index("  - id: controller\n")])
+    rc, out = validate(str(no_controller), capsys)
+    assert rc == 2
+    [err] = out["errors"]
+    assert "the gcp target needs a controller" in err["message"]
+    assert err["line"] == line_of(str(no_controller), "source: ctk/target/gcp")

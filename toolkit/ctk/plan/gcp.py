@@ -23,9 +23,35 @@ def plan_gcp(exp: Expanded, dep: Deployment, em: ExpandedModule | None, c: Colle
         return None if v is None or is_deferred(v) else v
 
     x86_machines(exp, dep, c)
+    booted_images(exp, dep, c)
     gpu_networks_on_gcp(exp, dep, c)
     text = {k: str(v) for k in ("project_id", "region", "zone", "image_machine_type") if (v := given(k)) is not None}
     return GcpSettings(**text, image_disk_size=num_of(given("image_disk_size")))
+
+
+def booted_images(exp: Expanded, dep: Deployment, c: Collector) -> None:
+    """Every VM of the cluster boots one of ctk's images on Google Cloud: the controller (which
+    the blueprint must have), each login group and each nodeset names one, or the deployment has
+    only one. (A node that names none on the lab boots the lab's image; here there is no such.)"""
+    ctl = dep.controller
+    if ctl is None or not ctl.module_id:
+        target = next((m for m in exp.modules if m.module.source == "ctk/target/gcp"), None)
+        if dep.nodesets or dep.partitions:
+            c.add("the gcp target needs a controller: this blueprint has no ctk/slurm/controller module",
+                  exp.blueprint.doc.pos(target.module.path + ("source",)) if target else exp.blueprint.doc.pos(()),
+                  "add a module with source: ctk/slurm/controller whose use lists an image and the partitions")
+    names = [img.name for img in dep.images if img.source == "ctk/image"]
+    vms = [(ns.module_id, ns.image) for ns in dep.nodesets if not ns.tpu_type]
+    vms += [(lg.module_id, lg.image) for lg in dep.logins]
+    if ctl is not None and ctl.module_id:
+        vms.append((ctl.module_id, ctl.image))
+    for module_id, image in vms:
+        em = exp.module(module_id)
+        if em is None or not em.module.source.startswith("ctk/") or image or len(names) == 1:
+            continue
+        c.add(f"module '{module_id}' boots no image: on Google Cloud each VM boots one of the blueprint's images, "
+              f"and it has {len(names)}", exp.blueprint.doc.pos(em.module.path + ("id",)),
+              f"add one of {', '.join(names)} to its use" if names else "add a ctk/image module and use it")
 
 
 def x86_machines(exp: Expanded, dep: Deployment, c: Collector) -> None:
