@@ -30,9 +30,10 @@ def plan_gcp(exp: Expanded, dep: Deployment, em: ExpandedModule | None, c: Colle
 
 
 def booted_images(exp: Expanded, dep: Deployment, c: Collector) -> None:
-    """Every VM of the cluster boots one of ctk's images on Google Cloud: the controller (which
-    the blueprint must have), each login group and each nodeset names one, or the deployment has
-    only one. (A node that names none on the lab boots the lab's image; here there is no such.)"""
+    """Each VM of the cluster boots a known image on Google Cloud: the one its module names, else
+    the deployment's only one, else (no ctk image at all) slurm-gcp's, Cluster Toolkit's default.
+    A module naming none where there are several is refused, and so is a cluster without a
+    controller module."""
     ctl = dep.controller
     if ctl is None or not ctl.module_id:
         target = next((m for m in exp.modules if m.module.source == "ctk/target/gcp"), None)
@@ -47,11 +48,11 @@ def booted_images(exp: Expanded, dep: Deployment, c: Collector) -> None:
         vms.append((ctl.module_id, ctl.image))
     for module_id, image in vms:
         em = exp.module(module_id)
-        if em is None or not em.module.source.startswith("ctk/") or image or len(names) == 1:
-            continue
+        if em is None or not em.module.source.startswith("ctk/") or image or len(names) < 2:
+            continue  # with one image it boots that; with none, slurm-gcp's own (Cluster Toolkit's default)
         c.add(f"module '{module_id}' boots no image: on Google Cloud each VM boots one of the blueprint's images, "
               f"and it has {len(names)}", exp.blueprint.doc.pos(em.module.path + ("id",)),
-              f"add one of {', '.join(names)} to its use" if names else "add a ctk/image module and use it")
+              f"add one of {', '.join(names)} to its use")
 
 
 def x86_machines(exp: Expanded, dep: Deployment, c: Collector) -> None:

@@ -202,8 +202,10 @@ def _boot_disk(machine_type: str) -> str:
 
 def _booting(dep: Deployment, image: str | None, machine_type: str) -> dict:
     """Settings of a Slurm VM module that boots a ctk image."""
-    return {"machine_type": machine_type, "instance_image": _image_ref(dep, image), "instance_image_custom": True,
-            "allow_automatic_updates": False, "disk_type": _boot_disk(machine_type)}
+    ref = _image_ref(dep, image)
+    booting = {"instance_image": ref, "instance_image_custom": True} if ref else {}  # none: slurm-gcp's own
+    return {"machine_type": machine_type, **booting, "allow_automatic_updates": False,
+            "disk_type": _boot_disk(machine_type)}
 
 
 def _nodeset(exp: Expanded, dep: Deployment, ns: Nodeset) -> dict:
