@@ -137,7 +137,7 @@ def validate(exp: Expanded, c: Collector) -> None:
             if inp is None:
                 if not schema.open_inputs:
                     c.add(f"module '{mod.id}' ({mod.source}) has no setting '{k}'", doc.key_pos(p),
-                          did_you_mean(k, schema.input_names) or "see `ctk modules show` for its inputs")
+                          did_you_mean(k, schema.input_names) or f"its settings: {', '.join(schema.input_names)}")
                 continue
             v = em.settings.get(k)
             if v is not INVALID and not _type_ok(inp.type, v):

@@ -653,5 +653,15 @@ _BY_SOURCE: dict[str, list[Check]] = {}
 for _c in CHECKS:
     for _m in _c.modules:
         _BY_SOURCE.setdefault(_m, []).append(_c)
-_BY_SOURCE[CTK_NODESET] = [c for c in _BY_SOURCE[N] if any(f"var.{n}" in c.condition for n in _PLACEMENT)]
+def _ctk_nodeset_checks() -> list[Check]:
+    """The nodeset's checks that read a placement setting and only settings ctk's nodeset has."""
+    from .ctk_kinds import NODESET as CTK
+
+    def reads(c: Check) -> set[str]:
+        return set(re.findall(r"var\.(\w+)", c.condition))
+
+    return [c for c in _BY_SOURCE[N] if reads(c) & set(_PLACEMENT) and reads(c) <= set(CTK.input_names)]
+
+
+_BY_SOURCE[CTK_NODESET] = _ctk_nodeset_checks()
 WHAT[CTK_NODESET] = "nodeset"
