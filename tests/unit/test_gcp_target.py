@@ -410,8 +410,9 @@ def test_every_vm_boots_an_image_and_the_cluster_has_a_controller(tmp_path, caps
     assert rc == 2
     [err] = out["errors"]
     assert err["message"] == ("module 'controller' boots no image: on Google Cloud each VM boots one of the "
-                              "blueprint's images, and it has 2")
-    assert err["line"] == line_of(bp, "- id: controller") and "jax-cpu, jax-cuda" in err["hint"]
+                              "blueprint's images, and it has 2 (jax-cpu, jax-cuda)")
+    assert err["line"] == line_of(bp, "- id: controller")
+    assert err["hint"] == "add one of the image modules cpu_image, gpu_image to its use"
     text = open(GCP_JAX).read()
     no_controller = tmp_path / "noctl.yaml"
     no_controller.write_text(text[:text.index("  - id: controller\n")])
@@ -420,3 +421,19 @@ def test_every_vm_boots_an_image_and_the_cluster_has_a_controller(tmp_path, caps
     [err] = out["errors"]
     assert "the gcp target needs a controller" in err["message"]
     assert err["line"] == line_of(str(no_controller), "source: ctk/target/gcp")
+
+
+def test_a_gpu_nodeset_of_a_blueprint_without_images_is_refused(tmp_path, capsys):
+    """Without a ctk image the VMs would boot Cluster Toolkit's default (slurm-gcp's Rocky Linux
+    8, driver 550, no apt): fine for CPU nodes, not for GPU ones ctk sets networks and drivers
+    up for."""
+    text = open(GCP_JAX).read()
+    cluster = text[text.index("- group: cluster\n"):].replace("    use: [cpu_image]\n", "").replace(
+        "    use: [gpu_image]\n", "").replace("use: [cpu_image, cpu_partition", "use: [cpu_partition")
+    bp = tmp_path / "noimages.yaml"
+    bp.write_text(text[:text.index("- group: image\n")] + cluster)
+    rc, out = validate(str(bp), capsys)
+    assert rc == 2
+    [err] = out["errors"]
+    assert err["message"].startswith("nodeset module 'a3mega_nodeset' has GPUs and the blueprint no image")
+    assert err["line"] == line_of(str(bp), "- id: a3mega_nodeset")

@@ -296,6 +296,7 @@ def test_tcpx_and_rdma_nodesets_in_one_deployment_each_get_theirs(tmp_path):
 
 
 def test_arm_machines_are_refused_on_the_x86_images(tmp_path, capsys):
+    """A4X (Grace, and Blackwell) gets the Arm refusal alone, not a driver hint for x86 families too."""
     bp = variant(tmp_path, GCP_A3ULTRA, ("machine_type: a3-ultragpu-8g", "machine_type: a4x-highgpu-4g"),
                  ("machine_type: n2-standard-8", "machine_type: c4a-standard-8"))
     rc, out = validate(bp, capsys)
@@ -396,7 +397,8 @@ def test_the_controllers_runner_stages_rxdm_behind_its_check_and_a_wrong_file_is
     served = tmp_path / "served"
     served.write_text('#!/bin/bash\necho "rxdm $SLURM_SCRIPT_CONTEXT" >> "$CTK_TEST_OUT"\n')
     real_sha = gn.PROLOG_SHA256["receive-data-path-manager-mega"]
-    text = runner["content"].replace(gn.SLURM_ADM, str(adm))
+    aperture = tmp_path / "aperture_devices"
+    text = runner["content"].replace(gn.SLURM_ADM, str(adm)).replace("/dev/aperture_devices", str(aperture))
     (bin_ / "curl").write_text(f'#!/bin/bash\nwhile [ "$1" != "-o" ]; do shift; done\ncp {served} "$2"\n')
     (bin_ / "logger").write_text('#!/bin/bash\necho "logger $*" >> "$CTK_TEST_OUT"\n')
     for tool in ("curl", "logger"):
@@ -423,14 +425,21 @@ def test_the_controllers_runner_stages_rxdm_behind_its_check_and_a_wrong_file_is
     for d, name in (("prolog", "rxdm.prolog_slurmd"), ("epilog", "rxdm.epilog_slurmd")):
         link = adm / f"partition-a3mega-{d}_slurmd.d" / name
         assert os.readlink(link) == str(adm / "scripts" / "ctk-receive-data-path-manager-mega")
-    # a node with Docker and the dmabuf-import-helper module: slurm-gcp's script runs
-    for tool in ("docker", "modinfo"):
+    # a node with Docker, NVIDIA's container toolkit, the dmabuf-import-helper module and the
+    # aperture devices: slurm-gcp's script runs
+    aperture.mkdir()
+    for tool in ("docker", "nvidia-container-cli", "modinfo"):
         (bin_ / tool).write_text("#!/bin/bash\nexit 0\n")
         (bin_ / tool).chmod(0o755)
     assert prolog() == "rxdm prolog_slurmd\n"
     # without the module: skipped, and the node's log says why
     (bin_ / "modinfo").write_text("#!/bin/bash\nexit 1\n")
     assert prolog() == "logger -t ctk-rxdm job 7: RxDM skipped, this node lacks the dmabuf-import-helper kernel module\n"
+    (bin_ / "nvidia-container-cli").unlink()
+    aperture.rmdir()
+    assert prolog() == ("logger -t ctk-rxdm job 7: RxDM skipped, this node lacks NVIDIA's container toolkit "
+                        "(nvidia-container-cli), the dmabuf-import-helper kernel module, the NICs' aperture devices "
+                        f"({aperture}, a udev rule)\n")
     # a file that is not the one expected: not installed, said, and the wrapper skips
     (bin_ / "modinfo").write_text("#!/bin/bash\nexit 0\n")
     err = stage(real_sha)
@@ -470,13 +479,17 @@ def test_a3_edge_is_said_not_built_and_its_jobs_use_the_primary_network(tmp_path
 
 
 def test_blackwell_on_a_slurm_gcp_family_below_570_is_refused_at_its_line(tmp_path, capsys):
-    for machine in ("g4-standard-48", "a4x-maxgpu-4g-metal", "a4-highgpu-8g"):
+    for machine in ("g4-standard-48", "a4-highgpu-8g"):
         bp = variant(tmp_path, GCP_JAX, ("machine_type: a3-megagpu-8g", f"machine_type: {machine}"))
         rc, out = validate(bp, capsys)
         assert rc == 2, machine
         [err] = [e for e in out["errors"] if "Blackwell" in e["message"]]
         assert "need NVIDIA driver 570 or later" in err["message"] and "with driver 550.90.12" in err["message"]
         assert err["line"] == line_of(bp, f"machine_type: {machine}") and "ubuntu-24.04" in err["hint"]
+    bp = variant(tmp_path, GCP_JAX, ("machine_type: a3-megagpu-8g", "machine_type: a4x-maxgpu-4g-metal"))
+    rc, out = validate(bp, capsys)  # Arm: refused as that alone, no x86 family is the answer
+    assert rc == 2 and [e["message"].split(": ", 1)[1] for e in out["errors"]] == [
+        "a4x-maxgpu-4g-metal has Arm CPUs, and the images ctk builds on slurm-gcp's families are x86-64"]
     rc, out = validate(GCP_A3ULTRA, capsys)  # ubuntu-24.04's family: driver 570
     assert rc == 0, out
 

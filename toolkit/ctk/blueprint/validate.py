@@ -137,7 +137,7 @@ def validate(exp: Expanded, c: Collector) -> None:
             if inp is None:
                 if not schema.open_inputs:
                     c.add(f"module '{mod.id}' ({mod.source}) has no setting '{k}'", doc.key_pos(p),
-                          did_you_mean(k, schema.input_names) or f"its settings: {', '.join(schema.input_names)}")
+                          did_you_mean(k, schema.input_names) or _settings_hint(schema.input_names))
                 continue
             v = em.settings.get(k)
             if v is not INVALID and not _type_ok(inp.type, v):
@@ -169,6 +169,13 @@ def _known(v):
     if isinstance(v, list):
         return [_known(x) for x in v]
     return v
+
+
+def _settings_hint(names: list[str], most: int = 16) -> str:
+    """A module's settings for a hint: all of them when few, else the first MOST and a count."""
+    if len(names) <= most:
+        return f"its settings: {', '.join(names)}"
+    return f"its settings include {', '.join(names[:most])} and {len(names) - most} more"
 
 
 def _ct_checks(exp: Expanded, c: Collector) -> None:

@@ -58,8 +58,12 @@ PROLOG_SHA256 = {
 RXDM_NEEDS: dict[str, tuple[tuple[str, str], ...]] = {
     "gpudirect-tcpx": (("test -f /opt/tcpdirect_benchmark/gpu_rxq_configuration.textproto",
                         "the NIC topology file /opt/tcpdirect_benchmark/gpu_rxq_configuration.textproto"),),
-    "gpudirect-tcpxo": (("modinfo import-helper", "the dmabuf-import-helper kernel module"),),
+    "gpudirect-tcpxo": (("modinfo import-helper", "the dmabuf-import-helper kernel module"),
+                        ("test -d /dev/aperture_devices", "the NICs' aperture devices (/dev/aperture_devices, a udev rule)")),
 }
+# What RxDM needs on every node: its containers run with `docker run --gpus`.
+RXDM_NEEDS_ALL = (("command -v docker", "Docker"),
+                  ("command -v nvidia-container-cli", "NVIDIA's container toolkit (nvidia-container-cli)"))
 # The external prolog/epilog folder slurm-gcp's controller shares with the nodes.
 SLURM_ADM = "/opt/apps/adm/slurm"
 # The controller's slurm.conf template that gives prologs the time RxDM's start takes.

@@ -42,17 +42,24 @@ def booted_images(exp: Expanded, dep: Deployment, c: Collector) -> None:
                   exp.blueprint.doc.pos(target.module.path + ("source",)) if target else exp.blueprint.doc.pos(()),
                   "add a module with source: ctk/slurm/controller whose use lists an image and the partitions")
     names = [img.name for img in dep.images if img.source == "ctk/image"]
+    ids = [img.module_id for img in dep.images if img.source == "ctk/image"]
     vms = [(ns.module_id, ns.image) for ns in dep.nodesets if not ns.tpu_type]
     vms += [(lg.module_id, lg.image) for lg in dep.logins]
     if ctl is not None and ctl.module_id:
         vms.append((ctl.module_id, ctl.image))
     for module_id, image in vms:
         em = exp.module(module_id)
-        if em is None or not em.module.source.startswith("ctk/") or image or len(names) < 2:
-            continue  # with one image it boots that; with none, slurm-gcp's own (Cluster Toolkit's default)
-        c.add(f"module '{module_id}' boots no image: on Google Cloud each VM boots one of the blueprint's images, "
-              f"and it has {len(names)}", exp.blueprint.doc.pos(em.module.path + ("id",)),
-              f"add one of {', '.join(names)} to its use")
+        if em is None or not em.module.source.startswith("ctk/") or image or len(names) == 1:
+            continue  # it boots the deployment's only image
+        if len(names) > 1:
+            c.add(f"module '{module_id}' boots no image: on Google Cloud each VM boots one of the blueprint's images, "
+                  f"and it has {len(names)} ({', '.join(names)})", exp.blueprint.doc.pos(em.module.path + ("id",)),
+                  f"add one of the image modules {', '.join(ids)} to its use")
+        elif any(ns.module_id == module_id and ns.gpu_count for ns in dep.nodesets):
+            c.add(f"nodeset module '{module_id}' has GPUs and the blueprint no image: it would boot Cluster Toolkit's "
+                  f"default, slurm-gcp's Rocky Linux 8 family, whose NVIDIA driver and GPU networks ctk cannot vouch for",
+                  exp.blueprint.doc.pos(em.module.path + ("id",)),
+                  "add a ctk/image module (e.g. base: ubuntu-24.04 with a CUDA stack) and use it")
 
 
 def x86_machines(exp: Expanded, dep: Deployment, c: Collector) -> None:

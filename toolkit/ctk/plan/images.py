@@ -27,6 +27,7 @@ from ..model import (
 )
 from ..modules import slurm_gcp
 from ..modules.machines import (
+    is_arm,
     lookup_machine,
 )
 from ..stacks import Stack, newest_for, python_tuple
@@ -209,6 +210,8 @@ def accelerator_rules(exp: Expanded, dep: Deployment, c: Collector, stacks: dict
         em = module_of(exp, ns.module_id)
         where = doc.pos(em.module.path + (("settings", "machine_type") if "machine_type" in em.explicit else ("id",)))
         gpus = f"nodeset {ns.name}: {ns.machine_type}'s {ns.gpu_type.upper()} GPUs ({generation})"
+        if dep.traits.boots_slurm_gcp_images and is_arm(ns.machine_type):
+            continue  # refused as Arm (plan.gcp): no x86-64 family's driver is the question
         on_gcp = slurm_gcp.family_for(ns_img.base) if dep.traits.boots_slurm_gcp_images else None
         if on_gcp is not None:  # the image's driver is slurm-gcp's: its version is known, its module is not
             if python_tuple(on_gcp.driver) >= python_tuple(floor):

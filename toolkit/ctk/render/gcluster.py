@@ -377,7 +377,8 @@ def _gpu_network_lines(dep: Deployment) -> list[str]:
     nets = {by_name[n].network for n in described}
     if nets & {"gpudirect-tcpx", "gpudirect-tcpxo"}:
         lines += ["", "RxDM runs in Docker containers (NVIDIA's container toolkit) on the nodes; TCPXO's needs the",
-                  "dmabuf-import-helper kernel module too, TCPX's the NIC topology file",
+                  "dmabuf-import-helper kernel module and the aperture devices' udev rule too, TCPX's the NIC",
+                  "topology file",
                   "/opt/tcpdirect_benchmark/gpu_rxq_configuration.textproto. Cluster Toolkit's A3 images carry",
                   "them; ctk's roles do not install them yet. Where a node lacks one, ctk's wrapper lets the job",
                   "run without RxDM (NCCL then uses sockets) and logs why (`journalctl -t ctk-rxdm`).",

@@ -80,7 +80,7 @@ def wiring(dep: Deployment) -> Wiring:
         sfx = _suffix(i, n, counts)
         multivpc_id[n] = f"{MULTIVPC_ID}{sfx and '_' + sfx}"
         w.network_modules.append({"id": multivpc_id[n], "source": gn.MULTIVPC, "settings": {
-            "network_name_prefix": f"$(vars.deployment_name)-gpunet{sfx}",
+            "network_name_prefix": f"$(vars.deployment_name)-gpunet{sfx.replace('_', '-')}",
             "global_ip_address_range": gn.GPUNETS_RANGE,
             "network_count": n,
             "subnetwork_cidr_suffix": gn.GPUNETS_CIDR_SUFFIX}})
@@ -92,7 +92,7 @@ def wiring(dep: Deployment) -> Wiring:
         sfx = _suffix(i, n, rdma_sets)
         net1_id, rdma_id = f"{NET1_ID}{sfx and '_' + sfx}", f"{RDMA_ID}{sfx and '_' + sfx}"
         rdma_ids[key] = (net1_id, rdma_id)
-        name = f"$(vars.deployment_name){sfx and '-' + sfx}"
+        name = f"$(vars.deployment_name){sfx and '-' + sfx.replace('_', '-')}"
         w.network_modules += [
             {"id": net1_id, "source": CT_VPC, "settings": {
                 "network_name": f"{name}-net-1", "mtu": 8896, "enable_internal_traffic": False,
@@ -197,9 +197,9 @@ link() {{  # PARTITION SCRIPT PROLOG EPILOG
 def _guard(script: str, g: GpuNetwork) -> str:
     """The runner's lines that write ctk-SCRIPT: SCRIPT where the node has what it needs (else the
     job goes on without GPUDirect, and the node's log says why)."""
-    needs = [("command -v docker", "Docker")] + list(gn.RXDM_NEEDS.get(g.transport, ()))
+    needs = list(gn.RXDM_NEEDS_ALL) + list(gn.RXDM_NEEDS.get(g.transport, ()))
     checks = "\n".join(f'{test} >/dev/null 2>&1 || missing="$missing, {what}"' for test, what in needs)
-    return f"""cat > "$adm/scripts/ctk-{script}" <<'CTK_EOF'
+    return f"""cat > "$adm/scripts/ctk-{script}.part" <<'CTK_EOF'
 #!/bin/bash
 # ctk: slurm-gcp's {script} for {g.transport}, where this node has what it needs; where not, the
 # job runs on without GPUDirect (NCCL then uses sockets) and the node's log (ctk-rxdm) says why.
@@ -212,7 +212,7 @@ if [ -n "$missing" ]; then
 fi
 exec {gn.SLURM_ADM}/scripts/{script} "$@"
 CTK_EOF
-chmod 0755 "$adm/scripts/ctk-{script}"
+chmod 0755 "$adm/scripts/ctk-{script}.part" && mv -f "$adm/scripts/ctk-{script}.part" "$adm/scripts/ctk-{script}"
 """
 
 
