@@ -500,3 +500,15 @@ def test_gpu_network_on_a_machine_without_gpus(tmp_path, capsys):
     assert rc == 2
     [err] = out["errors"]
     assert err["message"] == "c2-standard-8 has no rdma network: its nodes have no GPU network"
+
+
+def test_show_names_each_gpu_nodesets_network(capsys):
+    for bp, rows in ((GCP_JAX, {"a3meganodeset": "gpudirect-tcpxo", "cpunodeset": "-"}),
+                     (GCP_A3ULTRA, {"a3unodeset": "rdma"})):
+        capsys.readouterr()
+        assert main(["show", bp]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        header = next(ln for ln in lines if ln.startswith("NODESET "))
+        for name, network in rows.items():
+            row = next(ln for ln in lines if ln.startswith(name + " "))
+            assert row[header.index("NETWORK"):].split()[0] == network, row

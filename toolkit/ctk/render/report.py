@@ -52,10 +52,15 @@ def show(dep: Deployment, target: str = "local", target_module: bool = False) ->
                  str(ns.cpus), f"{ns.memory_mb // 1024} GiB", accelerators(ns),
                  compress(ns.node_names()) if ns.node_count else "-"] for ns in dep.nodesets]
         headers = ["NODESET", "MACHINE", "STATIC", "DYNAMIC", "CPUS", "MEMORY", "ACCELERATORS", "NODES"]
-        if any(capacity(ns) != "-" for ns in dep.nodesets):  # a column only where one is Spot or flex-start
-            headers.insert(7, "CAPACITY")
+        if any(ns.gpu_count for ns in dep.nodesets):  # what the GPUs talk over across nodes (the jobs' network)
+            headers.insert(7, "NETWORK")
             for r, ns in zip(rows, dep.nodesets):
-                r.insert(7, capacity(ns))
+                r.insert(7, ns.network if ns.gpu_count else "-")
+        if any(capacity(ns) != "-" for ns in dep.nodesets):  # a column only where one is Spot or flex-start
+            at = headers.index("NODES")
+            headers.insert(at, "CAPACITY")
+            for r, ns in zip(rows, dep.nodesets):
+                r.insert(at, capacity(ns))
         out += ["Nodesets", _table(headers, rows), ""]
     if dep.controller:
         out += [f"Controller: {dep.controller.hostname} ({dep.controller.machine_type})"]
