@@ -454,8 +454,14 @@ def test_a_module_id_the_hand_off_takes_is_refused_at_its_line(tmp_path, capsys)
     rc, out = validate(bp, capsys)
     assert rc == 2
     [err] = out["errors"]
-    assert "module id 'ctk_gpunets' is one the Google Cloud hand-off gives" in err["message"]
+    assert err["message"] == "module id 'ctk_gpunets' is one the Google Cloud hand-off gives a module of its own"
     assert err["line"] == line_of(bp, "- id: ctk_gpunets")
+    # and the hand-off's others: the vpc, each image's startup script and Packer build
+    for taken in ("network", "jax_cuda_script", "jax_cpu_build"):
+        bp = variant(tmp_path, GCP_JAX, ("  - id: a3mega_nodeset\n", f"  - id: {taken}\n"),
+                     ("use: [a3mega_nodeset]", f"use: [{taken}]"), name=f"{taken}.yaml")
+        rc, out = validate(bp, capsys)
+        assert rc == 2 and [e["line"] for e in out["errors"]] == [line_of(bp, f"- id: {taken}")], out
 
 
 def test_a3_edge_is_said_not_built_and_its_jobs_use_the_primary_network(tmp_path, capsys):

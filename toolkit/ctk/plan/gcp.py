@@ -10,7 +10,7 @@ from ..blueprint.expression import is_deferred
 from ..model import BASES, Deployment, GcpSettings
 from ..modules import gpu_networks
 from ..modules.machines import is_arm
-from .values import num_of
+from .values import module_ident, num_of
 
 
 def plan_gcp(exp: Expanded, dep: Deployment, em: ExpandedModule | None, c: Collector) -> GcpSettings:
@@ -83,9 +83,13 @@ def gpu_networks_on_gcp(exp: Expanded, dep: Deployment, c: Collector) -> None:
     their jobs will find them: a machine whose network ctk does not build trains over the primary
     network (said, and its jobs' network is tcp); RDMA's NCCL plugin comes from an apt
     repository, so its nodes' image must have apt."""
+    # the ids the hand-off gives modules of its own: the vpc, each image's startup script and Packer
+    # build (render.gcluster), the GPU networks' (render.gpunets)
+    own = {"network"} | {f"{module_ident(img.name)}_{what}" for img in dep.images if img.source == "ctk/image"
+                         for what in ("script", "build")}
     for m in exp.modules:
-        if gpu_networks.reserved_id(m.id):
-            c.add(f"module id '{m.id}' is one the Google Cloud hand-off gives the modules of its GPU networks",
+        if m.module.source != "ctk/image" and (m.id in own or gpu_networks.reserved_id(m.id)):
+            c.add(f"module id '{m.id}' is one the Google Cloud hand-off gives a module of its own",
                   exp.blueprint.doc.pos(m.module.path + ("id",)), "give the module another id")
     for ns in dep.nodesets:
         em = exp.module(ns.module_id)

@@ -104,3 +104,9 @@ def object_of(exp: Expanded, em: ExpandedModule, name: str, keys: dict[str, str]
             continue
         out[k] = got
     return out
+
+
+def module_ident(name: str) -> str:
+    """A Cluster Toolkit module id or var name made from an image or nodeset name (the gcp
+    target's hand-off: NAME_script, NAME_build, NAME_image)."""
+    return re.sub(r"[^A-Za-z0-9_]", "_", name).strip("_").lower() or "x"

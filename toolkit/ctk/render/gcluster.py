@@ -33,6 +33,7 @@ from ..blueprint.expression import is_deferred
 from ..model import Controller, Deployment, GcpSettings, ImageSpec, Nodeset, Partition
 from ..modules import gpu_networks, lookup, slurm_gcp
 from ..modules.machines import lookup_machine
+from ..plan.values import module_ident
 from ..stacks import get_stack
 from ..stacks.rolevars import role_variables
 from ..yamlout import dump
@@ -175,9 +176,6 @@ def _runners(image: str) -> list[dict]:
 
 # ---- a blueprint of ctk's own kinds ------------------------------------------------------
 
-def _ident(name: str) -> str:
-    """A module id / var name from an image or nodeset name."""
-    return re.sub(r"[^A-Za-z0-9_]", "_", name).strip("_").lower() or "x"
 
 
 def family_name(img: ImageSpec) -> str:
@@ -186,7 +184,7 @@ def family_name(img: ImageSpec) -> str:
 
 
 def _image_var(img: ImageSpec) -> str:
-    return f"{_ident(img.name)}_image"
+    return f"{module_ident(img.name)}_image"
 
 
 def _image_ref(dep: Deployment, name: str | None) -> str:
@@ -278,10 +276,10 @@ def native_blueprint(exp: Expanded, dep: Deployment, pinned: dict[str, str] | No
     for img in images if pinned is None else ():
         fam = slurm_gcp.family_for(img.base)
         assert fam is not None  # planning refused the others
-        script = f"{_ident(img.name)}_script"
+        script = f"{module_ident(img.name)}_script"
         primary.append({"id": script, "source": CT_SCRIPT, "settings": {"runners": _runners(img.name)}})
-        groups.append({"group": f"packer_{_ident(img.name)}", "modules": [{
-            "id": f"{_ident(img.name)}_build", "source": CT_IMAGE, "kind": "packer", "use": ["network", script],
+        groups.append({"group": f"packer_{module_ident(img.name)}", "modules": [{
+            "id": f"{module_ident(img.name)}_build", "source": CT_IMAGE, "kind": "packer", "use": ["network", script],
             "settings": {
                 "source_image_project_id": [slurm_gcp.PROJECT],
                 "source_image_family": fam.family,
@@ -357,7 +355,7 @@ def _kept(exp: Expanded, dep: Deployment) -> dict:
         if scripts:
             script = modules[scripts[0]]
         else:
-            script = {"id": f"ctk_{_ident(img.name)}_script", "source": CT_SCRIPT, "settings": {}}
+            script = {"id": f"ctk_{module_ident(img.name)}_script", "source": CT_SCRIPT, "settings": {}}
             data["deployment_groups"][0]["modules"].append(script)
             packer.setdefault("use", []).append(script["id"])
         settings = script.setdefault("settings", {}) or {}
