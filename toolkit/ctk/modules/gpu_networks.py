@@ -119,3 +119,10 @@ def of_machine(machine_type: str) -> GpuNetwork | None:
     """The GPU network Cluster Toolkit's examples give MACHINE_TYPE's nodes; None: none (or none
     ctk builds)."""
     return BY_MACHINE.get(machine_type.strip().lower())
+
+
+def built_for(machine_type: str, network: str) -> GpuNetwork | None:
+    """The GPU network a nodeset of MACHINE_TYPE gets built when its jobs' NETWORK (as planned) is
+    its machine's own; None when it gets none (tcp, opted out, or a machine ctk does not wire)."""
+    g = of_machine(machine_type)
+    return g if g is not None and network == g.transport else None

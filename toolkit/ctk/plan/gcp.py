@@ -29,6 +29,16 @@ def plan_gcp(exp: Expanded, dep: Deployment, em: ExpandedModule | None, c: Colle
     return GcpSettings(**text, image_disk_size=num_of(given("image_disk_size")))
 
 
+def _vms(dep: Deployment) -> list[tuple[str, str, str | None]]:
+    """(module id, machine type, image named) of each module whose VMs boot an image: the
+    nodesets (not TPU ones), the login groups and the controller the blueprint has."""
+    vms = [(ns.module_id, ns.machine_type, ns.image) for ns in dep.nodesets if not ns.tpu_type]
+    vms += [(lg.module_id, lg.machine_type, lg.image) for lg in dep.logins]
+    if dep.controller is not None and dep.controller.module_id:
+        vms.append((dep.controller.module_id, dep.controller.machine_type, dep.controller.image))
+    return vms
+
+
 def booted_images(exp: Expanded, dep: Deployment, c: Collector) -> None:
     """Each VM of the cluster boots a known image on Google Cloud: the one its module names, else
     the deployment's only one, else (no ctk image at all) slurm-gcp's, Cluster Toolkit's default.
@@ -43,11 +53,7 @@ def booted_images(exp: Expanded, dep: Deployment, c: Collector) -> None:
                   "add a module with source: ctk/slurm/controller whose use lists an image and the partitions")
     names = [img.name for img in dep.images if img.source == "ctk/image"]
     ids = [img.module_id for img in dep.images if img.source == "ctk/image"]
-    vms = [(ns.module_id, ns.image) for ns in dep.nodesets if not ns.tpu_type]
-    vms += [(lg.module_id, lg.image) for lg in dep.logins]
-    if ctl is not None and ctl.module_id:
-        vms.append((ctl.module_id, ctl.image))
-    for module_id, image in vms:
+    for module_id, _, image in _vms(dep):
         em = exp.module(module_id)
         if em is None or not em.module.source.startswith("ctk/") or image or len(names) == 1:
             continue  # it boots the deployment's only image
@@ -65,11 +71,7 @@ def booted_images(exp: Expanded, dep: Deployment, c: Collector) -> None:
 def x86_machines(exp: Expanded, dep: Deployment, c: Collector) -> None:
     """The images ctk builds on slurm-gcp's families are x86-64: a VM of an Arm series cannot
     boot them."""
-    vms = [(ns.module_id, ns.machine_type) for ns in dep.nodesets if not ns.tpu_type]
-    vms += [(lg.module_id, lg.machine_type) for lg in dep.logins]
-    if dep.controller is not None and dep.controller.module_id:
-        vms.append((dep.controller.module_id, dep.controller.machine_type))
-    for module_id, machine in vms:
+    for module_id, machine, _ in _vms(dep):
         em = exp.module(module_id)
         if em is not None and em.module.source.startswith("ctk/") and is_arm(machine):
             c.add(f"module '{module_id}': {machine} has Arm CPUs, and the images ctk builds on slurm-gcp's families "
@@ -117,8 +119,8 @@ def gpu_networks_on_gcp(exp: Expanded, dep: Deployment, c: Collector) -> None:
                   "build the nodes' image on ubuntu-24.04 (or another apt base), or gpu_network: tcp")
     by_name = {ns.name: ns for ns in dep.nodesets}
     for p in dep.partitions:
-        rxdm = {g.rxdm: n for n in p.nodesets if (g := gpu_networks.of_machine(by_name[n].machine_type))
-                and g.multivpc and by_name[n].network == g.transport}
+        rxdm = {g.rxdm: n for n in p.nodesets
+                if (g := gpu_networks.built_for(by_name[n].machine_type, by_name[n].network)) and g.multivpc}
         if len(rxdm) > 1:
             pm = exp.module(p.module_id)
             assert pm is not None  # planned from it

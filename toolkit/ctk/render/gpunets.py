@@ -45,12 +45,7 @@ class Wiring:
 def wired_nodesets(dep: Deployment) -> list[tuple[Nodeset, GpuNetwork]]:
     """The nodesets whose GPU network the hand-off builds: those whose jobs' network is their
     machine's own (planning turned the rest to tcp)."""
-    out = []
-    for ns in dep.nodesets:
-        g = gn.of_machine(ns.machine_type)
-        if g is not None and not ns.tpu_type and ns.network == g.transport:
-            out.append((ns, g))
-    return out
+    return [(ns, g) for ns in dep.nodesets if not ns.tpu_type and (g := gn.built_for(ns.machine_type, ns.network))]
 
 
 def _suffix(i: int, n: int, keys: list) -> str:
