@@ -15,8 +15,13 @@ from .. import leases
 from ..labstate import MEMORY_RESERVE_MB, NODE_MB, LabNode, available_mb
 
 DEFAULT_MAX_NODES = 4  # per nodeset: fits 2 cores and 24 GiB with room to spare
+# The image of nodes whose blueprint names none (a Cluster Toolkit blueprint's), or one the lab
+# cannot build. Its Slurm is the release slurm-gcp's images carry (26.05: slurm_version 26.05.2
+# in slurm-gcp's slurm role), which is what such a blueprint's cluster runs on Google Cloud, not
+# debian-13's own 24.11; and it is blueprints/lab.yaml's image layer for layer, so a store that
+# built the lab builds nothing more for it.
 DEFAULT_IMAGE = ImageSpec(name="ctk-local", module_id="", base=DEFAULT_BASE,
-                          roles=["common", "munge", "slurm", "jax"], stack="jax-cpu")
+                          roles=["common", "munge", "slurm", "jax"], stack="jax-cpu", slurm_release="26.05")
 GPU_DIR_IN_NODE = "/etc/ctk-gpus"
 MUNGE_KEY_IN_NODE = "ctk/munge.key"  # under /run (tmpfs)
 SLURM_KEY_IN_NODE = "ctk/slurm.key"  # auth/slurm's key, under /run (tmpfs)
@@ -120,7 +125,8 @@ def _local_images(dep: Deployment, notes: list[str]) -> tuple[list[ImageSpec], d
             names[img.name] = img.name
         else:
             notes.append(f"image {img.name} ({img.base}) is built on the gcp target; "
-                         f"local nodes boot {DEFAULT_IMAGE.name} ({DEFAULT_IMAGE.base}, {DEFAULT_IMAGE.stack})")
+                         f"local nodes boot {DEFAULT_IMAGE.name} ({DEFAULT_IMAGE.base}, {DEFAULT_IMAGE.stack}, "
+                         f"Slurm {DEFAULT_IMAGE.slurm_release})")
             names[img.name] = DEFAULT_IMAGE.name
     return images, names
 
