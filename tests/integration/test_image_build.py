@@ -222,20 +222,28 @@ def test_the_jax_venv_is_made_beside_the_layers_below_and_a_failure_there_costs_
         common.write_text(common.read_text() + f"\n# {os.urandom(4).hex()}\n")
 
     store = Store(state)
-    new_common()
-    spec = ImageSpec(name="lab-beside", module_id="lab_image", roles=["common", "jax"])
-    r = build_image(spec, store, Progress(quiet=True))
-    assert r.built == ["common", "jax"], r
-    assert r.profile["jax"]["seeded_from"] == "beside" and r.profile["venv_beside"]["seconds"] > 0, r.profile
+    # The session's lab build, into an empty store, had every layer to build: its venv was made
+    # beside them and it was verified. A store kept across runs (CTK_TEST_STATE_DIR) had the lab
+    # cached: an image of its own is built and verified then.
+    if lab_build["built"] == ["common", "munge", "slurm", "jax"]:
+        name, profile, built, verified = "lab", lab_build["profile"], lab_build["built"], lab_build["verified"]
+    else:
+        name = "lab-beside"
+        new_common()
+        r = build_image(ImageSpec(name=name, module_id="lab_image", roles=["common", "jax"]), store,
+                        Progress(quiet=True))
+        profile, built = r.profile, r.built
+        verified = verify_image(name, store, Progress(quiet=True)).summary
+        assert built == ["common", "jax"], r
+    assert profile["jax"]["seeded_from"] == "beside" and profile["venv_beside"]["seconds"] > 0, profile
     assert not [d for d in os.listdir(store.tmp) if d.endswith(".build")], os.listdir(store.tmp)  # scratch gone
     # The jax layer's own run found the lock installed: uv installed nothing there.
-    jax_log = open(os.path.join(state, "logs", "lab-beside-jax.log")).read()
+    jax_log = open(os.path.join(state, "logs", f"{name}-jax.log")).read()
     lines = [",".join(rec[1]) for rec in map(parse_record, jax_log.splitlines()) if rec]
     task = next(i for i, line in enumerate(lines) if "TASK [jax : Install the lock into the venv with uv, hashes required]" in line)
     status = next(line for line in lines[task + 1:] if re.search(r"\b(ok|changed|skipping|fatal): \[", line))
     assert re.search(r"\bok: \[", status), status
-    v = verify_image("lab-beside", store, Progress(quiet=True))
-    assert v.passed > 0 and "failed" not in v.summary, v.summary
+    assert "passed" in verified and "failed" not in verified, verified
 
     # The same with the role failing in the node beside (and only there): the build still passes.
     tasks = ansible / "roles" / "jax" / "tasks" / "install.yml"
