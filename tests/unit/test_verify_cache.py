@@ -45,6 +45,32 @@ def test_other_layers_or_other_checks_verify_again(store, monkeypatch):
     assert store.verified("lab") is None
 
 
+def test_a_pass_of_another_image_of_the_same_layers_spec_and_stack_stands_for_this_one(store):
+    """ctk-local and the lab image (the same layers under two names): one verification serves both,
+    and is recorded under the second name too; an image that differs in anything but its names
+    (its roles, its stack's lock) is verified on its own."""
+    spec = {"name": "lab", "module_id": "lab_image", "source": "ctk/image", "roles": ["common", "jax"],
+            "slurm_release": "26.05"}
+    stack = {"name": "jax-cpu", "lock": {"jax": "0.12.1"}}
+    store.save_image("lab", {"layers": ["b1", "c1", "j1"], "spec": spec, "stack": stack})
+    record(store, checked=verify._what_is_checked(store.image("lab")))
+    same = {**spec, "name": "ctk-local", "module_id": "", "source": ""}
+    store.save_image("ctk-local", {"layers": ["b1", "c1", "j1"], "spec": same, "stack": stack})
+    v = verify.cached_verification("ctk-local", store)
+    assert v.cached and (v.passed, v.skipped) == (40, 3)
+    assert "as image lab, of the same layers" in v.summary
+    assert store.verified("ctk-local")["as"] == "lab"
+    assert verify.verify_image("ctk-local", store, again=False) == verify.cached_verification("ctk-local", store)
+    for name, rec in (("other-roles", {"spec": {**same, "roles": ["common"]}, "stack": stack}),
+                      ("other-lock", {"spec": same, "stack": {**stack, "lock": {"jax": "0.12.0"}}}),
+                      ("other-layers", {"spec": same, "stack": stack, "layers": ["b1", "c1", "j2"]})):
+        store.save_image(name, {"layers": ["b1", "c1", "j1"], **rec})
+        assert verify.cached_verification(name, store) is None, name
+    record(store, checked=verify._what_is_checked(store.image("lab")), checks="0" * 64)  # other checks
+    store.forget_verified("ctk-local")
+    assert verify.cached_verification("ctk-local", store) is None
+
+
 def test_a_verification_that_fails_to_start_leaves_no_pass_on_record(store, monkeypatch):
     record(store)
 

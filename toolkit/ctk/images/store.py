@@ -107,6 +107,13 @@ class Store:
             return None
         return rec if isinstance(rec, dict) else None
 
+    def verified_names(self) -> list[str]:
+        """The images with a passed verification on record."""
+        try:
+            return sorted(f[:-5] for f in os.listdir(self.verified_dir) if f.endswith(".json"))
+        except FileNotFoundError:
+            return []
+
     def save_verified(self, name: str, record: dict) -> None:
         atomic.write_file(os.path.join(self.verified_dir, f"{name}.json"), json.dumps(record, indent=2) + "\n")
 

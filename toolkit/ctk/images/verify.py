@@ -66,13 +66,40 @@ def _workers() -> list[str]:
     return ["-n", str(VERIFY_WORKERS)]
 
 
+# What names an image, not what it holds: an image that differs from a verified one only in these
+# (ctk-local and the lab image, a blueprint's image module renamed) has the same checks to pass.
+_NAMING = ("name", "module_id", "source")
+
+
+def _what_is_checked(rec: dict) -> dict:
+    """Of image record REC, what its checks read or depend on: its layers, its spec but for its
+    names, its stack (pins and lock)."""
+    spec = {k: v for k, v in (rec.get("spec") or {}).items() if k not in _NAMING}
+    return {"layers": rec.get("layers"), "spec": spec, "stack": rec.get("stack")}
+
+
 def cached_verification(name: str, store: Store) -> VerifyResult | None:
-    """The image's earlier passed verification, if it was of the same layers by the same checks."""
-    rec, done = store.image(name), store.verified(name)
-    if rec is None or done is None or done.get("layers") != rec["layers"] or done.get("checks") != checks_digest():
+    """The image's earlier passed verification, if it was of the same layers by the same checks;
+    or another image's of the same layers, spec and stack (under another name), which is then
+    recorded as this one's too."""
+    rec = store.image(name)
+    if rec is None:
         return None
-    return VerifyResult(name, int(done.get("passed", 0)), int(done.get("skipped", 0)),
-                        f"{done.get('summary', '')} (cached: verified {done.get('at', '?')})", cached=True)
+    digest = checks_digest()
+    done = store.verified(name)
+    if done is not None and done.get("layers") == rec["layers"] and done.get("checks") == digest:
+        return VerifyResult(name, int(done.get("passed", 0)), int(done.get("skipped", 0)),
+                            f"{done.get('summary', '')} (cached: verified {done.get('at', '?')})", cached=True)
+    checked = _what_is_checked(rec)
+    for other in store.verified_names():
+        done = store.verified(other)
+        if other == name or done is None or done.get("checks") != digest or done.get("checked") != checked:
+            continue
+        store.save_verified(name, {**done, "as": done.get("as") or other})
+        return VerifyResult(name, int(done.get("passed", 0)), int(done.get("skipped", 0)),
+                            f"{done.get('summary', '')} (cached: verified {done.get('at', '?')} as image "
+                            f"{done.get('as') or other}, of the same layers)", cached=True)
+    return None
 
 
 def verify_image(name: str, store: Store | None = None, progress: Progress | None = None,
@@ -129,6 +156,7 @@ def _verify(name: str, store: Store, progress: Progress) -> VerifyResult:
     passed_m, skipped_m = re.search(r"(\d+) passed", summary), re.search(r"(\d+) skipped", summary)
     passed = int(passed_m.group(1)) if passed_m else 0
     skipped = int(skipped_m.group(1)) if skipped_m else 0
-    store.save_verified(name, {"layers": rec["layers"], "checks": checks, "passed": passed, "skipped": skipped,
+    store.save_verified(name, {"layers": rec["layers"], "checks": checks, "checked": _what_is_checked(rec),
+                               "passed": passed, "skipped": skipped,
                                "summary": summary.strip(), "at": time.strftime("%Y-%m-%d %H:%M:%S")})
     return VerifyResult(name, passed, skipped, summary.strip())
