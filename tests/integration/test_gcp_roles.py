@@ -137,7 +137,8 @@ def test_pyxis_role_passes_check_mode_on_a_debian_12_node_and_changes_nothing(no
 
 
 def test_pyxis_role_refuses_a_file_whose_sha256_differs(node):
-    """For real, not in check mode: the download is checked before anything is installed from it."""
+    """For real, not in check mode: the downloads are checked before anything is installed, from
+    them or by apt."""
     root, work = node
     run = _pyxis_run(root, work, check=False,
                      pyxis_enroot_packages=[{"url": REACHABLE, "sha256": SOME_SHA}],
@@ -145,5 +146,6 @@ def test_pyxis_role_refuses_a_file_whose_sha256_differs(node):
     assert run.returncode != 0 and run.recap is not None and run.recap.failed == 1, run.output[-4000:]
     assert "TASK [pyxis : Download enroot's packages, checked against their sha256]" in run.output
     assert "did not match " + SOME_SHA in run.output, run.output[-3000:]
+    assert "(apt)]" not in run.output, run.output[-3000:]  # no package installed before the check
     assert not (root / "var/cache/ctk/pyxis/Release").exists()
     assert not (root / "etc/enroot/enroot.conf").exists() and not (root / "usr/bin/enroot").exists()
