@@ -33,7 +33,7 @@ from ..stacks.lock import uv_bin
 from ..stacks.rolevars import role_variables
 from . import buildnode, overlay, packer
 from .accounts import renumber
-from .base import apt_checks_valid_until, chosen_base_key, ensure_base
+from .base import SUITES, apt_checks_valid_until, chosen_base_key, ensure_base
 from .store import Store
 
 LAYER_VERSION = 2  # bump when the way layers are built changes
@@ -564,6 +564,12 @@ def build_image(spec: ImageSpec, store: Store | None = None, progress: Progress 
     _uv_for_nodes()
     layers = plan_layers(spec, chosen_base_key(store, spec.base), stack)
     t0 = time.monotonic()
+    # Every layer cached: nothing to build, so no lock to wait for (a build of another image in
+    # the same store may hold it for minutes); committed layers never change.
+    result = _from_cache(spec, store, progress, stack, lock, layers)
+    if result is not None:
+        result.seconds = time.monotonic() - t0
+        return result
     with store.lock():
         reaped = store.reap()  # what a build killed part-way left running and half-written
         if reaped:
@@ -614,6 +620,29 @@ def _build_layers(spec: ImageSpec, store: Store, progress: Progress, stack: Stac
         if beside is not None and jax is not None:
             _cancel_beside(store, layers[jax], cancel)  # the pool's shutdown then waits for no role
         raise
+    _save_record(spec, store, stack, lock, layers, result)
+    return result
+
+
+def _from_cache(spec: ImageSpec, store: Store, progress: Progress, stack: Stack, lock: Lock | None,
+                layers: list[LayerPlan]) -> BuildResult | None:
+    """The image recorded from its cached base and layers, where the store has every one of
+    them; None where something is to be built (under the store's lock)."""
+    base = chosen_base_key(store, spec.base)
+    if spec.base not in SUITES or not store.has(base) or not all(store.has(lp.key) for lp in layers):
+        return None
+    result = BuildResult(spec.name, [base])
+    for lp in layers:
+        progress.say(f"==> layer {lp.role}: cached ({lp.key})")
+        result.cached.append(lp.role)
+        result.layers.append(lp.key)
+    _save_record(spec, store, stack, lock, layers, result)
+    return result
+
+
+def _save_record(spec: ImageSpec, store: Store, stack: Stack, lock: Lock | None, layers: list[LayerPlan],
+                 result: BuildResult) -> None:
+    """The image's record in the store: its layers, spec and stack (what its venv must hold)."""
     record = {"name": stack.name, "accelerator": stack.accelerator, "pins": dict(stack.pins)}
     if lock is not None:  # what the venv must hold, exactly: image verification checks it
         record.update(python=lock.python, lock=lock.versions)
@@ -622,7 +651,6 @@ def _build_layers(spec: ImageSpec, store: Store, progress: Progress, stack: Stac
             record["transformer_engine"] = _te_record(store, lock.te, layers)
     store.save_image(spec.name, {"name": spec.name, "layers": result.layers, "spec": vars(spec),
                                  "stack": record})
-    return result
 
 
 def _build_each(spec: ImageSpec, store: Store, progress: Progress, layers: list[LayerPlan], result: BuildResult,

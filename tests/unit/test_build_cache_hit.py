@@ -1,0 +1,64 @@
+"""An image whose base and layers are all in the store is recorded at once, without waiting for
+the store's lock (another image's build may hold it for minutes); one with a layer to build
+waits for it."""
+
+import json
+import os
+import threading
+
+from ctk.images import build
+from ctk.images.base import chosen_base_key
+from ctk.images.store import Store
+from ctk.model import ImageSpec
+from ctk.progress import Progress
+from ctk.stacks import get_stack
+
+
+def _commit_fake(store: Store, key: str) -> None:
+    os.makedirs(os.path.join(store.layers, key, "root"), exist_ok=True)
+    with open(os.path.join(store.layers, key, "meta.json"), "w") as f:
+        json.dump({"kind": "test"}, f)
+
+
+def test_a_cached_image_is_recorded_while_another_build_holds_the_lock(tmp_path):
+    store = Store(str(tmp_path / "store"))
+    spec = ImageSpec(name="cached", module_id="img", roles=["common", "munge"])
+    base = chosen_base_key(store, spec.base)
+    layers = build.plan_layers(spec, base, get_stack(spec.stack))
+    for key in [base, *(lp.key for lp in layers)]:
+        _commit_fake(store, key)
+
+    held, release, done = threading.Event(), threading.Event(), {}
+
+    def other_build():
+        with store.lock():
+            held.set()
+            release.wait(30)
+
+    t = threading.Thread(target=other_build)
+    t.start()
+    try:
+        assert held.wait(10)
+        r = build.build_image(spec, store, Progress(quiet=True))  # would block until release
+        done["lock_still_held"] = not release.is_set()
+    finally:
+        release.set()
+        t.join()
+    assert done == {"lock_still_held": True}
+    assert (r.built, r.cached) == ([], ["common", "munge"]) and r.layers == [base, *(lp.key for lp in layers)]
+    assert store.image("cached")["layers"] == r.layers
+
+
+def test_an_image_with_a_layer_to_build_is_not_taken_from_the_cache(tmp_path):
+    store = Store(str(tmp_path / "store"))
+    spec = ImageSpec(name="half", module_id="img", roles=["common", "munge"])
+    base = chosen_base_key(store, spec.base)
+    layers = build.plan_layers(spec, base, get_stack(spec.stack))
+    for key in [base, layers[0].key]:
+        _commit_fake(store, key)
+    stack = get_stack(spec.stack)
+    assert build._from_cache(spec, store, Progress(quiet=True), stack, None, layers) is None
+    assert store.image("half") is None
+    # nor one whose base this machine cannot build (the locked path says why)
+    other = ImageSpec(name="rocky", module_id="img", base="rocky-9", roles=["common"])
+    assert build._from_cache(other, store, Progress(quiet=True), stack, None, layers[:1]) is None
