@@ -62,3 +62,29 @@ def test_an_image_with_a_layer_to_build_is_not_taken_from_the_cache(tmp_path):
     # nor one whose base this machine cannot build (the locked path says why)
     other = ImageSpec(name="rocky", module_id="img", base="rocky-9", roles=["common"])
     assert build._from_cache(other, store, Progress(quiet=True), stack, None, layers[:1]) is None
+
+
+def test_a_cached_image_is_not_recorded_while_gc_removes_layers(tmp_path):
+    """ctk image gc holds the removal lock while it decides and removes: the record waits for it,
+    then finds what gc left (here it removed a layer: the image goes to the locked build path)."""
+    store = Store(str(tmp_path / "store"))
+    spec = ImageSpec(name="cached", module_id="img", roles=["common"])
+    base = chosen_base_key(store, spec.base)
+    layers = build.plan_layers(spec, base, get_stack(spec.stack))
+    for key in [base, layers[0].key]:
+        _commit_fake(store, key)
+    held, out = threading.Event(), {}
+
+    def record():
+        held.wait(10)
+        out["result"] = build._from_cache(spec, store, Progress(quiet=True), get_stack(spec.stack), None, layers)
+
+    t = threading.Thread(target=record)
+    with store.removal_lock():
+        t.start()
+        held.set()
+        t.join(0.5)
+        assert t.is_alive()  # waiting for gc
+        store.remove_layer(layers[0].key)
+    t.join(10)
+    assert out == {"result": None} and store.image("cached") is None

@@ -629,14 +629,17 @@ def _from_cache(spec: ImageSpec, store: Store, progress: Progress, stack: Stack,
     """The image recorded from its cached base and layers, where the store has every one of
     them; None where something is to be built (under the store's lock)."""
     base = chosen_base_key(store, spec.base)
-    if spec.base not in SUITES or not store.has(base) or not all(store.has(lp.key) for lp in layers):
+    if spec.base not in SUITES:
         return None
-    result = BuildResult(spec.name, [base])
-    for lp in layers:
-        progress.say(f"==> layer {lp.role}: cached ({lp.key})")
-        result.cached.append(lp.role)
-        result.layers.append(lp.key)
-    _save_record(spec, store, stack, lock, layers, result)
+    with store.removal_lock(shared=True):  # ctk image gc removes no layer meanwhile
+        if not store.has(base) or not all(store.has(lp.key) for lp in layers):
+            return None
+        result = BuildResult(spec.name, [base])
+        for lp in layers:
+            progress.say(f"==> layer {lp.role}: cached ({lp.key})")
+            result.cached.append(lp.role)
+            result.layers.append(lp.key)
+        _save_record(spec, store, stack, lock, layers, result)
     return result
 
 

@@ -94,7 +94,7 @@ def list_images(as_json: bool) -> str:
 def gc(dry_run: bool) -> list[str]:
     """Remove layers no image uses (and leftovers of interrupted builds)."""
     store = Store()
-    with store.lock():
+    with store.lock(), store.removal_lock():
         if not dry_run:  # first: a leftover build node runs from files gc would remove
             store.reap(orphans_too=True)
         used: set[str] = set()

@@ -46,6 +46,13 @@ class Store:
         with lock_file(os.path.join(self.root, ".lock")):
             yield
 
+    @contextmanager
+    def removal_lock(self, shared: bool = False):
+        """Held whole by what removes layers (gc, exclusive), and shared by what records an image
+        of cached layers without the build lock: no layer goes between its check and its record."""
+        with lock_file(os.path.join(self.root, ".removal-lock"), shared=shared):
+            yield
+
     def layer_dir(self, key: str) -> str:
         return os.path.join(self.layers, key)
 
