@@ -68,17 +68,28 @@ def test_the_prefetched_wheelhouse_holds_one_wheel_per_locked_package(lock, whee
     assert len(names) == len(lock.versions)
 
 
-def test_installing_a_lock_twice_gives_the_same_freeze(lock, wheels, tmp_path):
+def _uv_install_lock(venv: Path, lock_file: Path, wheels: str) -> subprocess.CompletedProcess:
+    """What the jax role runs by default: uv, the lock, every hash required, no index."""
+    from ctk.stacks.lock import uv_bin
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    return subprocess.run([uv_bin(), "pip", "install", "--python", str(venv / "bin" / "python"), "--require-hashes",
+                           "--no-deps", "--no-index", "--find-links", wheels, "--compile-bytecode", "--link-mode",
+                           "copy", "--no-config", "-r", str(lock_file)], capture_output=True, text=True, timeout=1800)
+
+
+def test_installing_a_lock_with_uv_and_with_pip_gives_the_same_freeze(lock, wheels, tmp_path):
+    """The jax role installs a lock with uv, or with pip where CTK_IMAGE_INSTALLER=pip: the same
+    venv either way: the lock's packages at their locked versions, and nothing else."""
     freezes = []
-    for name in ("a", "b"):
-        r = _pip_install_lock(tmp_path / name, lock.path, wheels)
+    for name, install in (("uv", _uv_install_lock), ("pip", _pip_install_lock)):
+        r = install(tmp_path / name, lock.path, wheels)
         assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
         freezes.append(_freeze(tmp_path / name))
     assert freezes[0] == freezes[1]
     # ... and it is the lock: every package of the closure at its locked version, nothing else.
     frozen = dict(line.split("==", 1) for line in freezes[0])
     assert {k.lower().replace("_", "-"): v for k, v in frozen.items()} == lock.versions
-    out = subprocess.run([str(tmp_path / "a" / "bin" / "python"), "-c", "import jax; print(jax.__version__)"],
+    out = subprocess.run([str(tmp_path / "uv" / "bin" / "python"), "-c", "import jax; print(jax.__version__)"],
                          capture_output=True, text=True, timeout=300)
     assert out.stdout.strip() == lock.versions["jax"], out.stderr[-2000:]
 
