@@ -844,9 +844,10 @@ def _nodeinits(path):
 
 
 def test_deploys_killed_at_random_moments_each_then_deployed_again_leave_one_node_each(lab_build, state, tmp_path):
-    """`ctk deploy` SIGKILLed (with its process group) at 10 random moments of a deploy, each
-    time followed by a deploy to the end: every such deploy succeeds, with exactly one process
-    tree (monitor and PID 1) per node and accounting up; destroy then leaves no process, mount
+    """`ctk deploy` SIGKILLed (with its process group) at 7 random moments of a deploy (new ones
+    each run; CTK_KILL_SEED replays a run's), each time followed by a deploy to the end: every
+    such deploy succeeds, with exactly one process tree (monitor and PID 1) per node and
+    accounting up; destroy then leaves no process, mount
     or network. A node a killed deploy left booting is found (its monitor's pid) and replaced,
     never booted twice."""
     import random
@@ -872,7 +873,7 @@ def test_deploys_killed_at_random_moments_each_then_deployed_again_leave_one_nod
         window = 0.8 * min(durations)
         moments: list[float] = []
         landed: list[bool] = []
-        for i in range(10):
+        for i in range(7):
             # from a stopped lab (its data kept), so that the killed deploy has every node to boot
             assert lab.ctk("destroy", path).returncode == 0
             proc = subprocess.Popen(argv, env={**os.environ, "CTK_STATE_DIR": state}, stdout=subprocess.DEVNULL,
@@ -900,7 +901,7 @@ def test_deploys_killed_at_random_moments_each_then_deployed_again_leave_one_nod
         print(f"killed at {moments} s of a {min(durations):.1f} s deploy (CTK_KILL_SEED={seed}); "
               f"{sum(landed)} of them while it ran")
         # only a kill that lands while the deploy runs tests anything: most of them must
-        assert sum(landed) >= 5, (seed, moments, landed)
+        assert sum(landed) >= 4, (seed, moments, landed)
         n = json.load(open(os.path.join(path, "lab", "state.json")))["n"]
         pids = [int(p) for p in lab.node_pids().values()]
         r = lab.ctk("destroy", "--purge", path)
