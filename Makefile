@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed
 # networks and namespaces, packer, mmdebstrap for the bases, ssh for the login node.
 DEMO_PKGS := python3-venv iproute2 packer mmdebstrap openssh-client util-linux
 # ... and the tests: this machine's own Slurm, slurmdbd, MariaDB and munge (tests run them beside
-# the labs), debootstrap (the roles' tests' chroot), the exports' tools and a registry to push to
+# the labs), debootstrap (bases where mmdebstrap is missing), the exports' tools and a registry to push to
 # (docker-registry), shellcheck, rsync (NeMo-Run's tunnel).
 SYS_PKGS := $(DEMO_PKGS) slurm-wlm slurmdbd mariadb-server munge shellcheck debootstrap zstd e2fsprogs buildah kmod rsync docker-registry
 # Base debian-13 is debootstrapped from trixie, whose Release debootstrap checks with the trixie

@@ -1,19 +1,17 @@
 """Helpers for applying ctk's Ansible roles to a Debian root filesystem with the chroot connection.
 
-- ensure_base_rootfs(): a pristine `debootstrap --variant=minbase` tree, made once and reused
-  (under /var/tmp/ctk-dev by default, or $CTK_DEV_DIR);
-- copy_rootfs(): a working copy, so that the base stays reusable;
+- copy_rootfs(): a working copy of a base tree (the session store's debian-12 base layer), so
+  that the base stays as it is;
 - chrootmountpoints(): /proc, /dev (bind) and /sys mounted in the tree while working, resolv.conf
   copied in; everything unmounted after, even on failure;
 - run_playbook(): ansible-playbook over community.general.chroot, with the PLAY RECAP parsed.
 
-Needs root, debootstrap, and an Ansible that carries community.general (PyPI's `ansible`).
+Needs root, and an Ansible that carries community.general (PyPI's `ansible`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import re
@@ -29,8 +27,6 @@ from diskwatch import mountpoints  # tests/ is on sys.path (tests/conftest.py)
 
 ANSIBLE_DIR = Path(paths.ANSIBLE)
 DEV_DIR = Path(os.environ.get("CTK_DEV_DIR", "/var/tmp/ctk-dev"))
-BASE_ROOTFS = DEV_DIR / "rootfs"
-DEFAULT_MIRROR = "http://deb.debian.org/debian"
 SANE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -38,72 +34,7 @@ class HelperError(RuntimeError):
     pass
 
 
-# ---------------------------------------------------------------- base root filesystem
-
-def host_debian_mirror() -> str:
-    """The Debian mirror this machine's apt uses (deb822 or one-line sources), else the default."""
-    files = [Path("/etc/apt/sources.list")]
-    d = Path("/etc/apt/sources.list.d")
-    if d.is_dir():
-        files += sorted(d.glob("*.sources")) + sorted(d.glob("*.list"))
-    for f in files:
-        try:
-            text = f.read_text()
-        except OSError:
-            continue
-        if f.suffix == ".sources":
-            for stanza in re.split(r"\n\s*\n", text):
-                uris = re.search(r"^URIs:\s*(\S+)", stanza, re.M)
-                suites = re.search(r"^Suites:\s*(.+)$", stanza, re.M)
-                if uris and suites and "bookworm" in suites.group(1).split() and "security" not in uris.group(1):
-                    return uris.group(1).rstrip("/")
-        else:
-            for line in text.splitlines():
-                m = re.match(r"^\s*deb\s+(?:\[[^]]*\]\s+)?(\S+)\s+bookworm\s", line)
-                if m and "security" not in m.group(1):
-                    return m.group(1).rstrip("/")
-    return DEFAULT_MIRROR
-
-
-@contextlib.contextmanager
-def _lock(path: Path):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
-def ensure_base_rootfs(path: Path = BASE_ROOTFS, suite: str = "bookworm",
-                       mirror: str | None = None) -> tuple[Path, float | None]:
-    """A minbase Debian tree at path, made with debootstrap unless it is already there.
-
-    Returns (path, seconds debootstrap took, or None when the cached tree was reused).
-    The tree appears only once complete (built beside it, then renamed).
-    """
-    path = Path(path)
-    with _lock(path.parent / (path.name + ".lock")):
-        if (path / "usr/bin/apt-get").exists():
-            return path, None
-        debootstrap = shutil.which("debootstrap", path=SANE_PATH)
-        if not debootstrap:
-            raise HelperError("debootstrap is not installed (apt-get install debootstrap)")
-        tmp = path.parent / (path.name + ".tmp")
-        if tmp.exists():
-            shutil.rmtree(tmp)
-        t0 = time.monotonic()
-        proc = subprocess.run(
-            [debootstrap, "--variant=minbase", suite, str(tmp), mirror or host_debian_mirror()],
-            capture_output=True, text=True, env=_clean_env(),
-        )
-        if proc.returncode != 0:
-            raise HelperError(f"debootstrap failed ({proc.returncode}):\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
-        took = time.monotonic() - t0
-        tmp.rename(path)
-        return path, took
-
+# ---------------------------------------------------------------- working trees
 
 def copy_rootfs(src: Path, dst: Path) -> Path:
     """A full copy of src at dst (owners, modes, links, xattrs kept)."""

@@ -7,7 +7,7 @@ and changes nothing; every task must pass, and neither munge nor slurm may be am
 The pyxis role (NVIDIA's pyxis and enroot, which slurm-gcp's images carry and Debian does not)
 runs on the same node: in check mode, and for real up to the checked download of its files.
 
-Needs root, debootstrap (or the cached tree) and an Ansible with community.general, as
+Needs root, the session store's debian-12 base and an Ansible with community.general, as
 test_roles.py does.
 """
 
@@ -18,6 +18,7 @@ import os
 import shutil
 import sys
 import tarfile
+from pathlib import Path
 
 import pytest
 
@@ -30,6 +31,7 @@ SAFE_EXTRACT = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
 
 from ctk import paths  # noqa: E402
 from ctk.cli import main  # noqa: E402
+from ctk.images.store import Store  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -40,12 +42,11 @@ OS_IMAGE_PYTHON = ["python3", "python3-apt", "python3-venv", "python3-packaging"
 
 
 @pytest.fixture(scope="module")
-def node(tmp_path_factory):
+def node(debian12_base, state, tmp_path_factory):
     if os.geteuid() != 0:
         pytest.fail("needs root (chroot, mount)")
     work = tmp_path_factory.mktemp("ctk-gcp-roles")
-    base, _ = rh.ensure_base_rootfs()
-    root = rh.copy_rootfs(base, work / "root")
+    root = rh.copy_rootfs(Path(Store(state).layer_root(debian12_base)), work / "root")
     try:
         with rh.chroot_mounts(root):
             r = rh.chroot_run(root, ["sh", "-c", "apt-get update -qq && DEBIAN_FRONTEND=noninteractive "

@@ -5,9 +5,10 @@ Install phase role by role (common, munge, slurm, jax) as ctk builds image layer
 throwaway munge key and a small slurm.conf folder, the same way. Then what the node holds: the key (0400,
 munge), /etc/slurm, the pinned jax in the venv, slurmd.
 
-Needs root, debootstrap and an Ansible with community.general (PyPI's `ansible`, which
-`make test` installs in /var/tmp/ctk-dev/venv; else $CTK_ANSIBLE_PLAYBOOK or PATH); the
-debootstrap base is cached in /var/tmp/ctk-dev/rootfs. Takes a few minutes (pip installs jax into the tree).
+Needs root, mmdebstrap or debootstrap (the session store's debian-12 base, which the Debian 12
+lab's background build makes first) and an Ansible with community.general (PyPI's `ansible`,
+which `make test` installs in /var/tmp/ctk-dev/venv; else $CTK_ANSIBLE_PLAYBOOK or PATH). Takes
+a few minutes (pip installs jax into the tree).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import roles_helpers as rh
 
+from ctk.images.store import Store
 from ctk.stacks import jax_role_vars, load_stacks, read_lock
 
 pytestmark = pytest.mark.integration
@@ -49,13 +51,13 @@ CGROUP_CONF = "CgroupPlugin=autodetect\n"
 
 def _missing_requirements() -> str | None:
     if os.geteuid() != 0:
-        return "needs root (chroot, mount, debootstrap)"
+        return "needs root (chroot, mount)"
     if not sys.platform.startswith("linux"):
         return "needs Linux"
     if not shutil.which("chroot", path=rh.SANE_PATH):
         return "no chroot command"
-    if not (rh.BASE_ROOTFS / "usr/bin/apt-get").exists() and not shutil.which("debootstrap", path=rh.SANE_PATH):
-        return "no debootstrap (apt-get install debootstrap) and no cached base under " + str(rh.DEV_DIR)
+    if not shutil.which("mmdebstrap", path=rh.SANE_PATH) and not shutil.which("debootstrap", path=rh.SANE_PATH):
+        return "no mmdebstrap or debootstrap to make the debian-12 base with (apt-get install mmdebstrap)"
     if not rh.find_ansible_playbook():
         return ("no ansible-playbook with community.general (`make testdeps` installs PyPI's ansible "
                 f"into {rh.DEV_DIR / 'venv'}; or set CTK_ANSIBLE_PLAYBOOK)")
@@ -70,14 +72,12 @@ if _skip:
 class Lab:
     """What the tests in this module share: the tree, the vars, the timings, what failed."""
 
-    def __init__(self, root: Path, work: Path, ansible_playbook: str, debootstrap_s: float | None):
+    def __init__(self, root: Path, work: Path, ansible_playbook: str):
         self.root = root
         self.work = work
         self.ansible_playbook = ansible_playbook
         self.timings: dict[str, float] = {}
         self.recaps: dict[str, tuple] = {}  # step -> (first recap, second recap)
-        if debootstrap_s is not None:
-            self.timings["debootstrap"] = debootstrap_s
         self.failed: list[str] = []
         stack = load_stacks()[STACK]
         self.pins = dict(stack.pins)
@@ -133,15 +133,15 @@ def _explain(run: rh.PlaybookRun) -> str:
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    """The tree and what the tests learn about it; its timings are printed at the end (shown
-    with -s, or with -rA as the last test's teardown output)."""
+def lab(debian12_base, state, tmp_path_factory):
+    """The tree (a copy of the session store's debian-12 base, which the Debian 12 lab's image and
+    the ssh target's machines start from too) and what the tests learn about it; its timings are
+    printed at the end (shown with -s, or with -rA as the last test's teardown output)."""
     work = tmp_path_factory.mktemp("ctk-roles")
-    base, debootstrap_s = rh.ensure_base_rootfs()
-    root = rh.copy_rootfs(base, work / "root")
+    root = rh.copy_rootfs(Path(Store(state).layer_root(debian12_base)), work / "root")
     try:
         with rh.chroot_mounts(root):
-            lab = Lab(root, work, rh.find_ansible_playbook(), debootstrap_s)
+            lab = Lab(root, work, rh.find_ansible_playbook())
             yield lab
             print("\n" + lab.report())
     finally:
