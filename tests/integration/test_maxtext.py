@@ -77,6 +77,16 @@ def wait_ended(lab, job, timeout=300):
     return st, seen
 
 
+def trouble(job, limit=6000) -> str:
+    """What a failed run's logs say went wrong: its last run's (a requeued job's logs hold every
+    run) from the first traceback on, or its last 40 lines (MaxText logs its whole config
+    first, which a plain tail of the logs is full of), each line cut to 400 characters."""
+    lines = [ln[:400] for ln in job.logs(stderr=True).splitlines()]
+    last_run = max((i for i, ln in enumerate(lines) if ln.startswith("ctk: MaxText run ")), default=0)
+    first = next((i for i in range(last_run, len(lines)) if "Traceback" in lines[i]), max(0, len(lines) - 40))
+    return "\n".join(lines[first:])[-limit:]
+
+
 def final(job):
     rows = steps_of(job)
     last = [r for r in rows if r[0] == STEPS - 1]
@@ -88,7 +98,7 @@ def final(job):
 def uninterrupted(lab):
     job = submit(lab)
     st, _ = wait_ended(lab, job)
-    assert st == "COMPLETED", job.logs(stderr=True)[-4000:]
+    assert st == "COMPLETED", trouble(job)
     return job
 
 
@@ -113,7 +123,7 @@ def test_requeued_mid_run_it_resumes_from_its_checkpoint_and_ends_the_same(lab, 
           f"MaxText's checkpoint at step {PERIOD}", interval=0.2)
     lab.slurm("scontrol", "requeue", job.id)
     st, seen = wait_ended(lab, job)
-    assert st == "COMPLETED" and "PENDING" in seen, (seen, job.logs(stderr=True)[-3000:])
+    assert st == "COMPLETED" and "PENDING" in seen, f"states {seen}; the logs:\n{trouble(job)}"
     err = job.logs(stderr=True)
     assert "(restart 0)" in err and "(restart 1)" in err, err[-3000:]
     restored = [int(s) for s in re.findall(r"restoring from this run's directory step (\d+)", err)]
