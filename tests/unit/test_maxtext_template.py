@@ -210,3 +210,53 @@ def test_the_gpu_checks_maxtext_flags_are_the_templates():
     spelled = " ".join(re.findall(r'^maxtext_flags="(?:\$maxtext_flags )?([^"]*)"$', text, re.M)).split()
     rendered = re.search(r"^export XLA_FLAGS=(.*)$", render({"accelerator": "gpu"}), re.M).group(1)
     assert spelled == shlex.split(rendered)[0].split()
+
+
+# ---- a requeued run whose last run got to its end ------------------------------------------
+
+def run_name_block(script: str, home, restart: int) -> subprocess.CompletedProcess:
+    """The rendered script from its run name to MaxText's environment, run by bash as the job's
+    first node would (the run's name and folder from Slurm's environment and HOME), then `echo
+    TRAIN` where MaxText would start."""
+    lines = script.splitlines()
+    start = next(i for i, x in enumerate(lines) if x.startswith("CTK_RUN_NAME="))
+    end = next(i for i, x in enumerate(lines) if x.startswith("export CTK_ACCELERATOR="))
+    body = "set -euo pipefail\n" + "\n".join(lines[start:end]) + "\necho TRAIN\n"
+    env = dict(os.environ, HOME=str(home), SLURM_JOB_ID="7", SLURM_JOB_NAME="maxtext", CTK_RESTART_COUNT=str(restart))
+    return subprocess.run(["bash", "-c", body], capture_output=True, text=True, env=env)
+
+
+def checkpoint(home, step: int, committed: bool = True) -> None:
+    d = home / "maxtext" / "maxtext-7" / "checkpoints" / str(step)
+    d.mkdir(parents=True)
+    if committed:
+        (d / "commit_success.txt").write_text("")
+
+
+def test_a_requeued_run_whose_last_run_saved_its_final_step_ends_without_training(tmp_path):
+    s = render({"nodes": 2, "steps": 30, "checkpoint_period": 10})
+    for step in (0, 10, 20, 29):
+        checkpoint(tmp_path, step)
+    r = run_name_block(s, tmp_path, restart=1)
+    assert r.returncode == 0 and "TRAIN" not in r.stdout, (r.stdout, r.stderr)
+    assert ("ctk: MaxText run maxtext-7 already completed its 30 steps (its checkpoint at step 29): "
+            "nothing left to train") in r.stderr
+
+
+@pytest.mark.parametrize("steps,restart,committed", [
+    (30, 1, False),   # step 29's folder without its commit: MaxText resumes from 20
+    (31, 1, True),    # a step left to train
+    (30, 0, True),    # a new job reusing the run's name: MaxText's own error says what to do
+])
+def test_a_run_with_steps_left_or_a_first_run_trains(tmp_path, steps, restart, committed):
+    s = render({"nodes": 2, "steps": steps, "checkpoint_period": 10})
+    checkpoint(tmp_path, 20)
+    checkpoint(tmp_path, 29, committed=committed)
+    r = run_name_block(s, tmp_path, restart=restart)
+    assert r.returncode == 0 and r.stdout == "TRAIN\n", (r.stdout, r.stderr)
+
+
+def test_a_requeued_run_with_no_checkpoint_yet_trains(tmp_path):
+    r = run_name_block(render({"nodes": 2, "steps": 30}), tmp_path, restart=2)
+    assert r.returncode == 0 and r.stdout == "TRAIN\n", r.stderr
+
