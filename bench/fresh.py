@@ -4,7 +4,7 @@
 
 1. The lab image from an empty store (`ctk image build blueprints/lab.yaml --json`, verification
    on, an empty wheelhouse, pip's cache off): this checkout and REF's ctk (a git worktree of it,
-   run with the same venv) in turn, A B A B, with the ratio pair by pair; the steps of the last
+   run with the same venv, building its own blueprints/lab.yaml) in turn, A B A B, with the ratio pair by pair; the steps of the last
    new build (base, each layer, the wheels, verification) from its --json profile.
 2. The no-op rebuild with verification (the pass on record), 5 runs.
 3. make demo's venv: `python -m venv` then `pip install -e .[test]`, against the same with uv
@@ -37,11 +37,12 @@ DEFAULT_OLD = "4a2d620"
 SCRATCH = "/var/tmp"  # on disk, as /var/lib/ctk is
 
 
-def run_build(toolkit: str, state: str, *flags: str) -> tuple[float, dict]:
-    """`ctk image build` of the lab with ctk from TOOLKIT into STATE: (seconds, its --json)."""
+def run_build(toolkit: str, state: str, *flags: str, blueprint: str = LAB) -> tuple[float, dict]:
+    """`ctk image build` of BLUEPRINT (the lab's) with ctk from TOOLKIT into STATE: (seconds,
+    its --json)."""
     env = {**os.environ, "CTK_STATE_DIR": state, "PYTHONPATH": toolkit, "PIP_NO_CACHE_DIR": "1"}
     t0 = time.monotonic()
-    r = subprocess.run([sys.executable, "-m", "ctk", "image", "build", LAB, "--json", *flags],
+    r = subprocess.run([sys.executable, "-m", "ctk", "image", "build", blueprint, "--json", *flags],
                        capture_output=True, text=True, env=env, cwd=SCRATCH)
     dt = time.monotonic() - t0
     if r.returncode != 0:
@@ -74,10 +75,13 @@ def image_from_nothing(old_ref: str, rounds: int, keep: bool) -> None:
     try:
         for i in range(rounds):
             pair = {}
-            for label, toolkit in (("new", os.path.join(ROOT, "toolkit")), ("old", os.path.join(old, "toolkit"))):
+            # each ctk builds its own lab blueprint (an older ctk may not know a newer one's
+            # settings: slurm_release came after 4a2d620)
+            for label, tree in (("new", ROOT), ("old", old)):
                 store = fresh_store()
                 try:
-                    pair[label], out = run_build(toolkit, store)
+                    pair[label], out = run_build(os.path.join(tree, "toolkit"), store,
+                                                 blueprint=os.path.join(tree, "blueprints", "lab.yaml"))
                     if label == "new":
                         last = out
                 finally:
