@@ -4,8 +4,9 @@
 
 1. The lab image from an empty store (`ctk image build blueprints/lab.yaml --json`, verification
    on, an empty wheelhouse, pip's cache off): this checkout and REF's ctk (a git worktree of it,
-   run with the same venv, building its own blueprints/lab.yaml) in turn, A B A B, with the ratio pair by pair; the steps of the last
-   new build (base, each layer, the wheels, verification) from its --json profile.
+   run with the same venv, building its own blueprints/lab.yaml) in turn, A B A B, with the ratio
+   pair by pair; the steps of the last new build (base, each layer, the wheels, verification)
+   from its --json profile.
 2. The no-op rebuild with verification (the pass on record), 5 runs.
 3. make demo's venv: `python -m venv` then `pip install -e .[test]`, against the same with uv
    installing (uv itself installed by pip first), in turn, pip's and uv's caches off.

@@ -307,11 +307,14 @@ def link_layers(src: str, dst: str, keys=None) -> None:
 @pytest.fixture(scope="session")
 def debian12_base(state):
     """The key of the debian-12 base layer in the session store: linked from the Debian 12 lab's
-    background store when that build has made it (it does so first), else debootstrapped here."""
+    background store when that build has made it (it does so first), else made here (mmdebstrap,
+    else debootstrap). A base already there is taken without the store's lock, which another
+    worker's build may hold for minutes."""
     from ctk.images.base import base_key, chosen_base_key
     store = Store(state)
-    if store.has(chosen_base_key(store, "debian-12")):  # no lock to wait for (another worker may build)
-        return chosen_base_key(store, "debian-12")
+    key = chosen_base_key(store, "debian-12")
+    if store.has(key):
+        return key
     with store.lock():
         if "state" in _lab12 and os.path.isdir(_lab12["state"]):
             link_layers(_lab12["state"], state, [base_key("debian-12")])

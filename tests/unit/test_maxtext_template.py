@@ -259,4 +259,3 @@ def test_a_run_with_steps_left_or_a_first_run_trains(tmp_path, steps, restart, c
 def test_a_requeued_run_with_no_checkpoint_yet_trains(tmp_path):
     r = run_name_block(render({"nodes": 2, "steps": 30}), tmp_path, restart=2)
     assert r.returncode == 0 and r.stdout == "TRAIN\n", r.stderr
-

@@ -287,13 +287,13 @@ class Agent:
             elif op == "preempt":
                 if not self.running(name) or name in self.notices:
                     continue
-                notice = float(opts.get("notice", self.notice))
+                notice, by = float(opts.get("notice", self.notice)), opts.get("by", "ctk preempt")
                 # the notice runs from when the node can read it: the SIGTERM comes a whole
                 # notice after the node's /run/ctk/preempted says TRUE (the write into the
                 # node can take a while on a busy host)
                 self._mark_preempted(name)
-                self.notices[name] = (time.monotonic() + notice, opts.get("by", "ctk preempt"))
-                self.event("notice", name, by=opts.get("by", "ctk preempt"), seconds=notice)
+                self.notices[name] = (time.monotonic() + notice, by)
+                self.event("notice", name, by=by, seconds=notice)
 
     def boot_time(self, sent: float) -> float:
         """When a node resumed by a request made at SENT boots: boot_delay later, and at the
