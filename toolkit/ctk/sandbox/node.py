@@ -77,6 +77,16 @@ def _pid_file(state_dir: str) -> str:
     return os.path.join(state_dir, "pid")
 
 
+def boot_started(state_dir: str) -> float | None:
+    """When the node's last boot began (its spec.json is written just before its init starts,
+    so before any of its services), as epoch seconds; None if it never booted. Its pid file is
+    written only once the services have been launched."""
+    try:
+        return os.stat(os.path.join(state_dir, "spec.json")).st_mtime
+    except OSError:
+        return None
+
+
 def node_pid(state_dir: str) -> int | None:
     """Host pid of the node's PID 1 if the node is running, else None."""
     return running_pid(_pid_file(state_dir), "ctk.sandbox.nodeinit")

@@ -65,12 +65,12 @@ _FATAL = re.compile(r"^\[(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.\d+)?\] fatal: ")
 
 
 def _fatal_since_boot(log: str, state_dir: str) -> bool:
-    """Whether a Slurm daemon's LOG has a `fatal:` line stamped after the node's boot. slurmctld
-    26.05 has been seen to linger after its fatal line (CLUSTER NAME MISMATCH) past the ready
-    timeout, where earlier releases exited at once."""
-    try:
-        booted = os.stat(os.path.join(state_dir, "pid")).st_mtime
-    except OSError:
+    """Whether a Slurm daemon's LOG has a `fatal:` line stamped after the node's boot began.
+    slurmctld 26.05 has been seen to linger after its fatal line (CLUSTER NAME MISMATCH) past the
+    ready timeout, where earlier releases exited at once. (Not the node's pid file: written once
+    its services are launched, it can be a second younger than a daemon's first fatal line.)"""
+    booted = nodes.boot_started(state_dir)
+    if booted is None:
         return False
     for line in log_errors(log, n=6):
         m = _FATAL.match(line)
