@@ -21,7 +21,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from .. import paths
+from .. import ansible_env, paths
 from ..errors import Failure, UserError
 from ..model import JAX_VENV, ImageSpec
 from ..progress import Progress
@@ -252,7 +252,8 @@ def _apply_role(store: Store, node: buildnode.BuildNode, role: str, variables: d
                               # modules are fed to the node's python over the open connection,
                               # not copied into a temporary folder first: fewer round trips a task
                               "ANSIBLE_PIPELINING=True",
-                              f"ANSIBLE_ROLES_PATH={roles_path}"]},
+                              f"ANSIBLE_ROLES_PATH={roles_path}",
+                              *(f"{k}={v}" for k, v in ansible_env.strategy_env().items())]},
         os.path.join(work, f"packer-{role}"), on_task=progress.task,
         env=packer.packer_env(os.path.dirname(sys.executable)), log_path=log_path)
 
@@ -561,6 +562,7 @@ def build_image(spec: ImageSpec, store: Store | None = None, progress: Progress 
     # Planned before any work: a stack without a lock for the base's Python stops the build here,
     # as does an unknown CTK_IMAGE_INSTALLER.
     lock = image_lock(spec, stack)
+    ansible_env.strategy()
     _uv_for_nodes()
     layers = plan_layers(spec, chosen_base_key(store, spec.base), stack)
     t0 = time.monotonic()

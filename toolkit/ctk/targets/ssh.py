@@ -38,6 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 
 from .. import atomic, paths
+from ..ansible_env import strategy, strategy_env
 from ..ansible_out import parse_recap
 from ..connect.base import IDENTITY_FILE, next_identity, parse_identity
 from ..errors import UserError, did_you_mean
@@ -270,6 +271,7 @@ def _ansible_env(sdir: str) -> dict[str, str]:
                ANSIBLE_ROLES_PATH=os.path.join(paths.ansible_dir(), "roles"),
                ANSIBLE_LOCAL_TEMP=os.path.join(sdir, ".ansible", "tmp"),
                ANSIBLE_SSH_CONTROL_PATH_DIR=os.path.join(os.path.expanduser("~"), ".ansible", "cp"))
+    env.update(strategy_env(_ansible_playbook()))
     return env
 
 
@@ -398,6 +400,7 @@ def deploy_ssh(dep: Deployment, deployment_dir: str, progress: Progress | None =
                ready_timeout: float = 120.0) -> SshDeployResult:
     """Configure the blueprint's hosts over SSH into its cluster; idempotent."""
     progress = progress or Progress()
+    strategy()  # a wrong CTK_ANSIBLE_STRATEGY stops the deploy before it writes anything
     t0 = time.monotonic()
     state, changed_files = write_files(dep, deployment_dir)
     for n in state["notes"]:
