@@ -383,6 +383,15 @@ def cluster_identity(sdir: str, dep: Deployment) -> dict[str, str]:
     return next_identity(old, dep.slurm_cluster_name)
 
 
+def learn_host_keys(sdir: str, hs: list[SshHost]) -> None:
+    """Record each host's SSH key in this deployment's known_hosts the first time ctk reaches it
+    (ssh's accept-new; a key that changed still stops ssh): Mitogen's ssh enforces known_hosts
+    (StrictHostKeyChecking yes), so Ansible over Mitogen reaches only hosts already in it. An
+    unreachable host is left to Ansible to report."""
+    with ThreadPoolExecutor(max_workers=8, thread_name_prefix="ctk-hostkeys") as pool:
+        list(pool.map(lambda h: _ssh(sdir, h, "true", timeout=30), hs))
+
+
 def check_controller_hostname(deployment_dir: str, dep: Deployment) -> None:
     """slurmctld starts only on the machine SlurmctldHost names (its `hostname -s`): fail early,
     with the fix, when the controller host's name in the blueprint is not its hostname. An
@@ -412,6 +421,7 @@ def deploy_ssh(dep: Deployment, deployment_dir: str, progress: Progress | None =
     kept = {(h.name, h.host, h.port) for h in hosts(dep)}
     dropped = [SshHost(**h) for h in (load_state(deployment_dir) or {}).get("hosts", [])
                if (h["name"], h["host"], h["port"]) not in kept]
+    learn_host_keys(ssh_dir(deployment_dir), hosts(dep))
     if dropped:
         with progress.step(f"stopping the daemons on {len(dropped)} host(s) no longer in the blueprint"):
             result.changed["stop"] = {h: r["changed"] for h, r in stop_hosts(deployment_dir, dropped, progress).items()}
@@ -436,6 +446,7 @@ def deploy_ssh(dep: Deployment, deployment_dir: str, progress: Progress | None =
 def stop_hosts(deployment_dir: str, hosts: list[SshHost], progress: Progress) -> dict[str, dict[str, int]]:
     """The roles' stop phase on `hosts` (an inventory of their own: ssh/inventory-stop.yml)."""
     sdir = ssh_dir(deployment_dir)
+    learn_host_keys(sdir, hosts)
     atomic.write_file(os.path.join(sdir, "inventory-stop.yml"),
                       json.dumps(stop_inventory(hosts, sdir), indent=1) + "\n", 0o600)
     return run_phase(deployment_dir, "stop", progress, "inventory-stop.yml")
