@@ -17,15 +17,21 @@ ANSIBLE_PLAYBOOK = os.path.join(os.path.dirname(sys.executable), "ansible-playbo
 
 def test_mitogen_is_the_default_and_comes_from_ctks_own_environment(monkeypatch):
     monkeypatch.delenv(ansible_env.STRATEGY_ENV, raising=False)
-    env = ansible_env.strategy_env()
-    assert env["ANSIBLE_STRATEGY"] == "mitogen_linear"
-    assert os.path.isfile(os.path.join(env["ANSIBLE_STRATEGY_PLUGINS"], "mitogen_linear.py"))
-    assert ansible_env.strategy_env(ANSIBLE_PLAYBOOK) == env
+    with ansible_env.strategy_env() as env, ansible_env.strategy_env(ANSIBLE_PLAYBOOK) as env2:
+        assert env["ANSIBLE_STRATEGY"] == "mitogen_linear"
+        assert os.path.isfile(os.path.join(env["ANSIBLE_STRATEGY_PLUGINS"], "mitogen_linear.py"))
+        assert {k: v for k, v in env2.items() if k != "TMPDIR"} == {k: v for k, v in env.items() if k != "TMPDIR"}
+        # Mitogen's socket goes in a folder of its own, that no other user can enter
+        st = os.stat(env["TMPDIR"])
+        assert st.st_uid == os.getuid() and st.st_mode & 0o777 == 0o700
+        assert len(env["TMPDIR"]) < 60  # a Unix socket's path has room for about 100 bytes
+    assert not os.path.exists(env["TMPDIR"])
 
 
 def test_linear_turns_it_off(monkeypatch):
     monkeypatch.setenv(ansible_env.STRATEGY_ENV, "linear")
-    assert ansible_env.strategy_env() == {}
+    with ansible_env.strategy_env() as env:
+        assert env == {}
 
 
 def test_another_ansible_playbook_gets_ansibles_own_strategy(monkeypatch, tmp_path):
@@ -35,7 +41,8 @@ def test_another_ansible_playbook_gets_ansibles_own_strategy(monkeypatch, tmp_pa
     other = tmp_path / "ansible-playbook"
     other.write_text("#!/bin/sh\n")
     other.chmod(0o755)
-    assert ansible_env.strategy_env(str(other)) == {}
+    with ansible_env.strategy_env(str(other)) as env:
+        assert env == {}
 
 
 @pytest.mark.parametrize("value", ["Mitogen", "free", "mitogen_linear", "linear "])
@@ -62,38 +69,43 @@ def test_image_build_refuses_an_unknown_strategy_before_it_makes_anything(tmp_pa
     assert not layers.exists() or not any(layers.iterdir())
 
 
-def module_parents(tmp_path, strategy: str) -> list[int]:
+def module_parents(tmp_path, strategy: str, monkeypatch) -> tuple[list[int], list[str]]:
     """Run a play of three tasks over a local connection the way ctk runs ansible-playbook (its
-    environment for STRATEGY); the parent pid each task's shell saw."""
+    environment for STRATEGY): the parent pid each task's shell saw, and the Unix sockets in
+    ansible-playbook's TMPDIR meanwhile."""
     play = [{"hosts": "localhost", "gather_facts": False, "tasks": [
         {"name": f"task {i}", "ansible.builtin.command": "sh -c 'echo $PPID'", "register": f"r{i}",
          "changed_when": False} for i in range(3)] + [
-        {"name": "report", "ansible.builtin.debug": {"msg": "PARENTS {{ [r0.stdout, r1.stdout, r2.stdout] | to_json }}"}}]}]
+        {"name": "sockets", "ansible.builtin.find": {"paths": "{{ lookup('env', 'TMPDIR') }}", "file_type": "any",
+                                                     "patterns": "*.sock"}, "register": "socks"},
+        {"name": "report", "ansible.builtin.debug": {
+            "msg": "REPORT {{ {'parents': [r0.stdout, r1.stdout, r2.stdout],"
+                   " 'sockets': socks.files | map(attribute='path') | list} | to_json }}"}}]}]
     (tmp_path / "play.yml").write_text(json.dumps(play))
+    monkeypatch.setenv(ansible_env.STRATEGY_ENV, strategy)
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
-    env[ansible_env.STRATEGY_ENV] = strategy
-    old = os.environ.get(ansible_env.STRATEGY_ENV)
-    os.environ[ansible_env.STRATEGY_ENV] = strategy
-    try:
-        env.update(ansible_env.strategy_env(ANSIBLE_PLAYBOOK))
-    finally:
-        if old is None:
-            del os.environ[ansible_env.STRATEGY_ENV]
-        else:
-            os.environ[ansible_env.STRATEGY_ENV] = old
-    env.update(ANSIBLE_NOCOLOR="1", ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"), HOME=str(tmp_path))
-    r = subprocess.run([ANSIBLE_PLAYBOOK, "-c", "local", "-i", "localhost,", "play.yml",
-                        "-e", f"ansible_python_interpreter={sys.executable}"],
-                       capture_output=True, text=True, env=env, cwd=tmp_path, timeout=240)
+    env.update(ANSIBLE_NOCOLOR="1", ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"), HOME=str(tmp_path),
+               TMPDIR=str(tmp_path))
+    with ansible_env.strategy_env(ANSIBLE_PLAYBOOK) as strategy_vars:
+        r = subprocess.run([ANSIBLE_PLAYBOOK, "-c", "local", "-i", "localhost,", "play.yml",
+                            "-e", f"ansible_python_interpreter={sys.executable}"],
+                           capture_output=True, text=True, env={**env, **strategy_vars}, cwd=tmp_path, timeout=240)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    line = next(ln for ln in r.stdout.splitlines() if "PARENTS " in ln)
-    return [int(p) for p in json.loads(line.split("PARENTS ", 1)[1].rstrip('"').replace('\\"', '"'))]
+    line = next(ln for ln in r.stdout.splitlines() if "REPORT " in ln)
+    msg = json.loads(line.split('"msg": ', 1)[1])  # the debug line: "msg": "REPORT {...}"
+    report = json.loads(msg.split("REPORT ", 1)[1])
+    return [int(p) for p in report["parents"]], report["sockets"]
 
 
-def test_mitogen_runs_every_task_in_one_python_and_linear_in_one_each(tmp_path):
+def test_mitogen_runs_every_task_in_one_python_and_linear_in_one_each(tmp_path, monkeypatch):
     """The command module's shell's parent is the Python that ran the module: one for the whole
-    play under Mitogen, a new one for each task under Ansible's own strategy."""
+    play under Mitogen, a new one for each task under Ansible's own strategy. Mitogen's socket is
+    in the private folder ctk gave it, not in the TMPDIR ctk was started with."""
     (tmp_path / "m").mkdir()
     (tmp_path / "l").mkdir()
-    assert len(set(module_parents(tmp_path / "m", "mitogen"))) == 1
-    assert len(set(module_parents(tmp_path / "l", "linear"))) == 3
+    parents, sockets = module_parents(tmp_path / "m", "mitogen", monkeypatch)
+    assert len(set(parents)) == 1
+    assert len(sockets) == 1 and os.path.basename(os.path.dirname(sockets[0])).startswith("ctk-ansible-")
+    assert not list((tmp_path / "m").glob("**/*.sock"))
+    parents, sockets = module_parents(tmp_path / "l", "linear", monkeypatch)
+    assert len(set(parents)) == 3 and sockets == []

@@ -16,9 +16,13 @@ it runs.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
+import shutil
 import sys
+import tempfile
+from collections.abc import Iterator
 
 from .errors import UserError
 
@@ -45,19 +49,29 @@ def mitogen_strategy_dir() -> str | None:
     return path if os.path.isfile(os.path.join(path, "mitogen_linear.py")) else None
 
 
-def strategy_env(ansible_playbook: str | None = None) -> dict[str, str]:
+@contextlib.contextmanager
+def strategy_env(ansible_playbook: str | None = None) -> Iterator[dict[str, str]]:
     """The ANSIBLE_* variables that make ansible-playbook use Mitogen's linear strategy, or {}
-    for Ansible's own. Mitogen is used only with the ansible-playbook of ctk's own environment
-    (beside this Python), which imports the same ansible_mitogen this process finds:
-    ANSIBLE_PLAYBOOK is the program that will run, None for the one first on a PATH that starts
-    with that folder (as Packer's does)."""
+    for Ansible's own, for the length of the with block. Mitogen is used only with the
+    ansible-playbook of ctk's own environment (beside this Python), which imports the same
+    ansible_mitogen this process finds: ANSIBLE_PLAYBOOK is the program that will run, None for
+    the one first on a PATH that starts with that folder (as Packer's does).
+
+    Mitogen's multiplexer listens on a Unix socket in TMPDIR, through which a process can run
+    commands on the nodes: TMPDIR is a folder of its own (mode 0700, removed after the block),
+    so no other user of the host can reach the socket, however short the moment before Mitogen
+    narrows its mode."""
     if strategy() == "linear":
-        return {}
+        yield {}
+        return
     ours = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
-    if not os.access(ours, os.X_OK) or \
-            os.path.realpath(ansible_playbook or ours) != os.path.realpath(ours):
-        return {}
     plugins = mitogen_strategy_dir()
-    if plugins is None:
-        return {}
-    return {"ANSIBLE_STRATEGY_PLUGINS": plugins, "ANSIBLE_STRATEGY": "mitogen_linear"}
+    if plugins is None or not os.access(ours, os.X_OK) or \
+            os.path.realpath(ansible_playbook or ours) != os.path.realpath(ours):
+        yield {}
+        return
+    private = tempfile.mkdtemp(prefix="ctk-ansible-")  # 0700; short, as a socket's path must be
+    try:
+        yield {"ANSIBLE_STRATEGY_PLUGINS": plugins, "ANSIBLE_STRATEGY": "mitogen_linear", "TMPDIR": private}
+    finally:
+        shutil.rmtree(private, ignore_errors=True)

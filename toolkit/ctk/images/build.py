@@ -9,6 +9,7 @@ a pure cache hit that runs neither Packer nor Ansible.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import hashlib
 import json
@@ -18,6 +19,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -241,21 +243,22 @@ def _apply_role(store: Store, node: buildnode.BuildNode, role: str, variables: d
     with open(vars_file, "w") as f:
         json.dump({"ctk_role": role, "ctk_phase": "install", **variables, **run_files_vars}, f)
     roles_path = os.path.join(paths.ansible_dir(), "roles")
-    return packer.build(
-        os.path.join(paths.IMAGES, "layer.pkr.hcl"),
-        {"host": node.addr, "port": node.port, "private_key_file": node.private_key,
-         "playbook_file": os.path.join(paths.ansible_dir(), "layer.yml"),
-         "extra_arguments": ["-e", f"@{vars_file}", "-e", "ansible_python_interpreter=/usr/bin/python3",
-                             "-e", f"ansible_port={node.port}"],
-         "ansible_env_vars": ["ANSIBLE_HOST_KEY_CHECKING=False", "ANSIBLE_REMOTE_TMP=/tmp/.ansible",
-                              "ANSIBLE_NOCOLOR=1", "ANSIBLE_RETRY_FILES_ENABLED=False",
-                              # modules are fed to the node's python over the open connection,
-                              # not copied into a temporary folder first: fewer round trips a task
-                              "ANSIBLE_PIPELINING=True",
-                              f"ANSIBLE_ROLES_PATH={roles_path}",
-                              *(f"{k}={v}" for k, v in ansible_env.strategy_env().items())]},
-        os.path.join(work, f"packer-{role}"), on_task=progress.task,
-        env=packer.packer_env(os.path.dirname(sys.executable)), log_path=log_path)
+    with ansible_env.strategy_env() as strategy:
+        return packer.build(
+            os.path.join(paths.IMAGES, "layer.pkr.hcl"),
+            {"host": node.addr, "port": node.port, "private_key_file": node.private_key,
+             "playbook_file": os.path.join(paths.ansible_dir(), "layer.yml"),
+             "extra_arguments": ["-e", f"@{vars_file}", "-e", "ansible_python_interpreter=/usr/bin/python3",
+                                 "-e", f"ansible_port={node.port}"],
+             "ansible_env_vars": ["ANSIBLE_HOST_KEY_CHECKING=False", "ANSIBLE_REMOTE_TMP=/tmp/.ansible",
+                                  "ANSIBLE_NOCOLOR=1", "ANSIBLE_RETRY_FILES_ENABLED=False",
+                                  # modules are fed to the node's python over the open connection,
+                                  # not copied into a temporary folder first: fewer round trips a task
+                                  "ANSIBLE_PIPELINING=True",
+                                  f"ANSIBLE_ROLES_PATH={roles_path}",
+                                  *(f"{k}={v}" for k, v in strategy.items())]},
+            os.path.join(work, f"packer-{role}"), on_task=progress.task,
+            env=packer.packer_env(os.path.dirname(sys.executable)), log_path=log_path)
 
 
 def _log_path_name(store: Store, image: str, role: str) -> str:
@@ -333,8 +336,32 @@ def _timed_venv_beside(store: Store, image: str, lp: LayerPlan, base: str, wheel
     return time.monotonic() - t0, root
 
 
+@contextlib.contextmanager
+def _lowest_cpu_priority() -> Iterator[None]:
+    """This thread, and every process it starts meanwhile, at the lowest CPU priority (nice 19;
+    Linux keeps a nice value per thread, and a child takes its parent thread's): the venv made
+    beside is needed only when the layers below are done, so it takes the CPU they leave idle
+    (their downloads, their nodes' boots) rather than half of it."""
+    tid = threading.get_native_id()
+    before = os.getpriority(os.PRIO_PROCESS, tid)
+    os.setpriority(os.PRIO_PROCESS, tid, 19)
+    try:
+        yield
+    finally:
+        try:
+            os.setpriority(os.PRIO_PROCESS, tid, before)
+        except PermissionError:  # only root may lower it again; the thread is the pool's, ending
+            pass
+
+
 def _venv_beside(store: Store, image: str, lp: LayerPlan, base: str, wheels: Future | None,
                  cancel: threading.Event) -> str:
+    with _lowest_cpu_priority():
+        return _venv_beside_node(store, image, lp, base, wheels, cancel)
+
+
+def _venv_beside_node(store: Store, image: str, lp: LayerPlan, base: str, wheels: Future | None,
+                      cancel: threading.Event) -> str:
     """The jax role, with the jax layer's own variables, applied in a node of the base alone while
     the layers below the jax layer build (the venv needs nothing of theirs but the base's Python):
     returns the node's upper dir, whose venv then seeds the jax layer, where the role runs again

@@ -271,7 +271,6 @@ def _ansible_env(sdir: str) -> dict[str, str]:
                ANSIBLE_ROLES_PATH=os.path.join(paths.ansible_dir(), "roles"),
                ANSIBLE_LOCAL_TEMP=os.path.join(sdir, ".ansible", "tmp"),
                ANSIBLE_SSH_CONTROL_PATH_DIR=os.path.join(os.path.expanduser("~"), ".ansible", "cp"))
-    env.update(strategy_env(_ansible_playbook()))
     return env
 
 
@@ -299,8 +298,9 @@ def run_phase(deployment_dir: str, phase: str, progress: Progress, inventory_fil
     argv = [_ansible_playbook(), "-i", os.path.join(sdir, inventory_file),
             os.path.join(paths.ansible_dir(), "site.yml"), "-e", f"ctk_phase={phase}"]
     try:
-        run(argv, env=_ansible_env(sdir), cwd=paths.ansible_dir(), on_line=on_line, log_path=log, tail_lines=60,
-            what=f"ansible-playbook site.yml (phase {phase}) failed; full log: {log}")
+        with strategy_env(argv[0]) as strategy:
+            run(argv, env={**_ansible_env(sdir), **strategy}, cwd=paths.ansible_dir(), on_line=on_line,
+                log_path=log, tail_lines=60, what=f"ansible-playbook site.yml (phase {phase}) failed; full log: {log}")
     except CommandError as e:
         failed = [f"{h} (failed={r['failed']}, unreachable={r['unreachable']})"
                   for h, r in parse_recap("\n".join(lines)).items() if r["failed"] or r["unreachable"]]
