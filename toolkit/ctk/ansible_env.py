@@ -3,10 +3,10 @@ Packer) and the ssh target alike.
 
 Ansible's own linear strategy starts a new Python process on the node for every task and hands it
 the module as a zip, whose Python has to compile Ansible's module_utils from source each time (a
-zip import keeps no bytecode): about 0.26 s of the node's CPU a task here, even over a local
+zip import keeps no bytecode): 0.27 CPU s a task that changes nothing here, even over a local
 connection, and a lab image runs over 100 tasks. Mitogen's strategy keeps one interpreter on the
 node for the whole play, over the same SSH connection, and runs each module in it with the
-imports already done: 40 trivial tasks took a quarter of the CPU time (bench/ansible_strategy.py).
+imports already done: 0.07 CPU s a task (bench/ansible_strategy.py).
 What the modules do is the same; only how they get to the node changes.
 
 CTK_ANSIBLE_STRATEGY=linear runs Ansible's own strategy instead (to tell a Mitogen problem from
