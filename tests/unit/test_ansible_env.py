@@ -57,16 +57,16 @@ def test_an_unknown_strategy_is_refused_naming_the_variable(monkeypatch, value):
     assert e.value.exit_code == EXIT_USAGE
 
 
-def test_image_build_refuses_an_unknown_strategy_before_it_makes_anything(tmp_path):
-    state = tmp_path / "state"
+@pytest.mark.parametrize("command", [["image", "build"], ["deploy"]])
+def test_build_and_deploy_refuse_an_unknown_strategy_before_they_make_anything(tmp_path, command):
+    state, out = tmp_path / "state", tmp_path / "lab"
     env = {**os.environ, "CTK_STATE_DIR": str(state), ansible_env.STRATEGY_ENV: "fast"}
     bp = os.path.join(os.path.dirname(ansible_env.__file__), "data", "blueprints", "lab.yaml")
-    r = subprocess.run([sys.executable, "-m", "ctk", "image", "build", bp], capture_output=True, text=True,
-                       env=env, timeout=120)
+    argv = [sys.executable, "-m", "ctk", *command, bp] + (["-o", str(out)] if command == ["deploy"] else [])
+    r = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == EXIT_USAGE, r.stderr
     assert "CTK_ANSIBLE_STRATEGY='fast'" in r.stderr and "Traceback" not in r.stderr
-    layers = state / "layers"
-    assert not layers.exists() or not any(layers.iterdir())
+    assert not state.exists() and not out.exists()
 
 
 def module_parents(tmp_path, strategy: str, monkeypatch) -> tuple[list[int], list[str]]:

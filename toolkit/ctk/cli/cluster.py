@@ -7,6 +7,7 @@ import json
 import os
 import sys
 
+from .. import ansible_env
 from ..errors import EXIT_FAIL, EXIT_OK, UserError
 from ..model import NO_SPOT_HINT, LabSettings
 from .common import BlueprintRef, blueprint_args, progress_of
@@ -153,6 +154,7 @@ def deploy(args) -> int:
 
     if args.max_nodes is not None and args.max_nodes < 1:
         raise UserError(f"--max-nodes {args.max_nodes}: must be at least 1")
+    ansible_env.strategy()  # a wrong CTK_ANSIBLE_STRATEGY stops the deploy before it writes anything
     planned = BlueprintRef.of(args).process()
     dep = planned.deployment
     if args.chaos is not None or args.chaos_seed is not None:

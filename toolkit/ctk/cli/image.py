@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
+from .. import ansible_env
 from ..errors import EXIT_OK
 from .common import BlueprintRef, Parser, blueprint_args, progress_of, show_help
 
@@ -82,6 +83,7 @@ def export(args) -> int:
 def build(args) -> int:
     from ..images import commands
 
+    ansible_env.strategy()  # a wrong CTK_ANSIBLE_STRATEGY stops the build before the store is made
     dep = BlueprintRef.of(args).process().deployment
     res = commands.build(dep, args.only, not args.no_verify, progress_of(args), verify_again=args.verify)
     if args.json:
