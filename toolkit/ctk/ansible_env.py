@@ -70,8 +70,13 @@ def strategy_env(ansible_playbook: str | None = None) -> Iterator[dict[str, str]
             os.path.realpath(ansible_playbook or ours) != os.path.realpath(ours):
         yield {}
         return
-    private = tempfile.mkdtemp(prefix="ctk-ansible-")  # 0700; short, as a socket's path must be
+    # 0700; a Unix socket's path has room for 107 bytes, and Mitogen adds about 30 to this one
+    tmp = tempfile.gettempdir()
+    private = tempfile.mkdtemp(prefix="ctk-ansible-", dir=tmp if len(tmp) <= 48 else "/tmp")
     try:
-        yield {"ANSIBLE_STRATEGY_PLUGINS": plugins, "ANSIBLE_STRATEGY": "mitogen_linear", "TMPDIR": private}
+        # Mitogen's timeout covers the login and the start of the node's Python too, not only
+        # the TCP connect (Ansible's default, 10 s)
+        yield {"ANSIBLE_STRATEGY_PLUGINS": plugins, "ANSIBLE_STRATEGY": "mitogen_linear", "TMPDIR": private,
+               "ANSIBLE_TIMEOUT": "30"}
     finally:
         shutil.rmtree(private, ignore_errors=True)

@@ -9,7 +9,6 @@ a pure cache hit that runs neither Packer nor Ansible.
 
 from __future__ import annotations
 
-import contextlib
 import glob
 import hashlib
 import json
@@ -19,7 +18,6 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -336,32 +334,8 @@ def _timed_venv_beside(store: Store, image: str, lp: LayerPlan, base: str, wheel
     return time.monotonic() - t0, root
 
 
-@contextlib.contextmanager
-def _lowest_cpu_priority() -> Iterator[None]:
-    """This thread, and every process it starts meanwhile, at the lowest CPU priority (nice 19;
-    Linux keeps a nice value per thread, and a child takes its parent thread's): the venv made
-    beside is needed only when the layers below are done, so it takes the CPU they leave idle
-    (their downloads, their nodes' boots) rather than half of it."""
-    tid = threading.get_native_id()
-    before = os.getpriority(os.PRIO_PROCESS, tid)
-    os.setpriority(os.PRIO_PROCESS, tid, 19)
-    try:
-        yield
-    finally:
-        try:
-            os.setpriority(os.PRIO_PROCESS, tid, before)
-        except PermissionError:  # only root may lower it again; the thread is the pool's, ending
-            pass
-
-
 def _venv_beside(store: Store, image: str, lp: LayerPlan, base: str, wheels: Future | None,
                  cancel: threading.Event) -> str:
-    with _lowest_cpu_priority():
-        return _venv_beside_node(store, image, lp, base, wheels, cancel)
-
-
-def _venv_beside_node(store: Store, image: str, lp: LayerPlan, base: str, wheels: Future | None,
-                      cancel: threading.Event) -> str:
     """The jax role, with the jax layer's own variables, applied in a node of the base alone while
     the layers below the jax layer build (the venv needs nothing of theirs but the base's Python):
     returns the node's upper dir, whose venv then seeds the jax layer, where the role runs again

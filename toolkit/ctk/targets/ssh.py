@@ -41,7 +41,7 @@ from .. import atomic, paths
 from ..ansible_env import strategy, strategy_env
 from ..ansible_out import parse_recap
 from ..connect.base import IDENTITY_FILE, next_identity, parse_identity
-from ..errors import UserError, did_you_mean
+from ..errors import Failure, UserError, did_you_mean
 from ..model import HEALTH_CHECK, Deployment, ImageSpec, SshHost, SshSettings
 from ..progress import Progress
 from ..render.slurmconf import (
@@ -298,8 +298,8 @@ def run_phase(deployment_dir: str, phase: str, progress: Progress, inventory_fil
     argv = [_ansible_playbook(), "-i", os.path.join(sdir, inventory_file),
             os.path.join(paths.ansible_dir(), "site.yml"), "-e", f"ctk_phase={phase}"]
     try:
-        with strategy_env(argv[0]) as strategy:
-            run(argv, env={**_ansible_env(sdir), **strategy}, cwd=paths.ansible_dir(), on_line=on_line,
+        with strategy_env(argv[0]) as mitogen_vars:
+            run(argv, env={**_ansible_env(sdir), **mitogen_vars}, cwd=paths.ansible_dir(), on_line=on_line,
                 log_path=log, tail_lines=60, what=f"ansible-playbook site.yml (phase {phase}) failed; full log: {log}")
     except CommandError as e:
         failed = [f"{h} (failed={r['failed']}, unreachable={r['unreachable']})"
@@ -385,11 +385,19 @@ def cluster_identity(sdir: str, dep: Deployment) -> dict[str, str]:
 
 def learn_host_keys(sdir: str, hs: list[SshHost]) -> None:
     """Record each host's SSH key in this deployment's known_hosts the first time ctk reaches it
-    (ssh's accept-new; a key that changed still stops ssh): Mitogen's ssh enforces known_hosts
-    (StrictHostKeyChecking yes), so Ansible over Mitogen reaches only hosts already in it. An
-    unreachable host is left to Ansible to report."""
+    (ssh's accept-new): Mitogen's ssh enforces known_hosts (StrictHostKeyChecking yes), so Ansible
+    over Mitogen reaches only hosts already in it. A key that changed stops the deploy here, with
+    ssh's reason; an unreachable host is left to Ansible to report."""
     with ThreadPoolExecutor(max_workers=8, thread_name_prefix="ctk-hostkeys") as pool:
-        list(pool.map(lambda h: _ssh(sdir, h, "true", timeout=30), hs))
+        results = list(pool.map(lambda h: _ssh(sdir, h, "true", timeout=30), hs))
+    known_hosts = os.path.join(sdir, "known_hosts")
+    for h, r in zip(hs, results):
+        if r.returncode != 0 and ("IDENTIFICATION HAS CHANGED" in r.stderr or "Host key verification failed" in r.stderr):
+            where = h.host if h.port == 22 else f"[{h.host}]:{h.port}"
+            raise Failure(f"host '{h.name}' ({h.user}@{h.host} port {h.port}) has another SSH key than the one "
+                          f"this deployment recorded in {known_hosts}: a reinstalled machine, or another machine "
+                          "at its address", hint=f"if the machine was reinstalled, forget its old key: "
+                          f"ssh-keygen -R '{where}' -f {known_hosts}; then deploy again")
 
 
 def check_controller_hostname(deployment_dir: str, dep: Deployment) -> None:
