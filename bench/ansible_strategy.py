@@ -53,13 +53,6 @@ def strategy_environ(name: str) -> dict[str, str]:
     return env
 
 
-def ansible_strategy(name: str) -> dict[str, str]:
-    """What ctk adds to ansible-playbook's environment for strategy NAME."""
-    if name == "linear":
-        return {}
-    return {"ANSIBLE_STRATEGY_PLUGINS": ansible_env.mitogen_strategy_dir() or "", "ANSIBLE_STRATEGY": "mitogen_linear"}
-
-
 def per_task(tasks: int, runs: int) -> None:
     work = tempfile.mkdtemp(prefix="ctk-bench-ansible-", dir=SCRATCH)
     try:
@@ -74,8 +67,11 @@ def per_task(tasks: int, runs: int) -> None:
         figures: dict[str, list[tuple[float, float]]] = {"mitogen": [], "linear": []}
         for i in range(runs + 1):  # the first pair warms the page cache and is not counted
             for name in figures:
-                env = {**strategy_environ(name), "ANSIBLE_PIPELINING": "True", **ansible_strategy(name)}
-                wall, cpu, _ = timed(argv, env, work)
+                # what ctk itself gives ansible-playbook for this strategy
+                os.environ[ansible_env.STRATEGY_ENV] = name
+                with ansible_env.strategy_env(exe) as strategy:
+                    wall, cpu, _ = timed(argv, {**strategy_environ(name), "ANSIBLE_PIPELINING": "True", **strategy},
+                                         work)
                 if i:
                     figures[name].append((wall, cpu))
         print(f"{tasks} tasks over a local connection, {runs} runs each, in turn:")

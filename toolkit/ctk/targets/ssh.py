@@ -38,7 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 
 from .. import atomic, paths
-from ..ansible_env import strategy, strategy_env
+from ..ansible_env import strategy_env
 from ..ansible_out import parse_recap
 from ..connect.base import IDENTITY_FILE, next_identity, parse_identity
 from ..errors import Failure, UserError, did_you_mean
@@ -417,7 +417,6 @@ def deploy_ssh(dep: Deployment, deployment_dir: str, progress: Progress | None =
                ready_timeout: float = 120.0) -> SshDeployResult:
     """Configure the blueprint's hosts over SSH into its cluster; idempotent."""
     progress = progress or Progress()
-    strategy()  # a wrong CTK_ANSIBLE_STRATEGY stops the deploy before it writes anything
     t0 = time.monotonic()
     state, changed_files = write_files(dep, deployment_dir)
     for n in state["notes"]:
