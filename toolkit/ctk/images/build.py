@@ -205,7 +205,8 @@ def _build_time_inputs(store: Store, te_wheels: str | None = None) -> tuple[dict
         run_files["ctk/ca-bundle.crt"] = {"src": bundle, "mode": "0644"}
         pip_args.append("--cert /run/ctk/ca-bundle.crt")
     extra = {"pip_extra_args": " ".join(pip_args), "jax_wheelhouse": WHEELHOUSE_IN_NODE,
-             "ctk_build_environment": {"APT_CONFIG": "/run/ctk/apt-build.conf"}}
+             "ctk_build_environment": {"APT_CONFIG": "/run/ctk/apt-build.conf"},
+             "ctk_build_node": True}  # a base's python3 and python3-apt: layer.yml skips the bootstrap
     binds = [{"src": wheelhouse(store), "dest": WHEELHOUSE_IN_NODE, "ro": True}]
     uv = _uv_for_nodes()
     if uv:  # the jax role installs the lock with it from the wheelhouse (the same venv, faster)
