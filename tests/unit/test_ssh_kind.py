@@ -86,6 +86,12 @@ def test_a_good_inventory_plans_the_ssh_target(bp):
     assert Deployment.from_dict(json.loads(json.dumps(dep.to_dict()))) == dep
 
 
+@pytest.mark.parametrize("addr", ["10.1.0.9", "login-1.example.org", "::1", "fd00::9", "fe80::1%eth0", "node7"])
+def test_a_host_address_can_be_a_dns_name_or_an_ipv4_or_ipv6_address(bp, addr):
+    dep = process(bp(GOOD_HOSTS + f"      - {{name: x, host: '{addr}', role: login}}\n")).deployment
+    assert dep.settings.hosts[-1].host == addr
+
+
 def test_without_the_module_the_target_stays_local(tmp_path):
     p = tmp_path / "bp.yaml"
     p.write_text(HEAD.format(static=2).split("  - id: machines")[0])
@@ -104,6 +110,10 @@ def test_without_the_module_the_target_stays_local(tmp_path):
     ("{name: x, host: 10.1.0.9, role: login, colour: blue}", "unknown key 'colour'"),
     ("{name: x_y, host: 10.1.0.9, role: login}", "invalid name 'x_y'"),
     ("{name: x, role: login}", "needs host"),
+    # what ssh would take as an option, a login or a second word
+    ("{name: x, host: '-oProxyCommand=touch${IFS}/tmp/ctk-pwned', role: login}", "invalid host '-oProxyCommand"),
+    ("{name: x, host: 'root@10.1.0.9', role: login}", "invalid host 'root@10.1.0.9'"),
+    ("{name: x, host: '10.1.0.9 -p 2222', role: login}", "invalid host '10.1.0.9 -p 2222'"),
     ("{name: x, host: 10.1.0.9, role: login, port: 99999}", "invalid port 99999"),
     ("{name: x, host: 10.1.0.9, role: login, slurmd_port: 7000}", "slurmd_port is for compute hosts"),
     ("{name: x, host: 10.1.0.9, role: compute, nodeset: debug_nodeset, slurmctld_port: 7000}",

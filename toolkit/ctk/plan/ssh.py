@@ -26,6 +26,11 @@ from ..modules.target_kinds.ssh import (
 )
 from .values import module_of, str_of
 
+# What ssh and Ansible are given as a host's address: a DNS name, an IPv4 or an IPv6 address (a
+# zone index after '%'). Nothing else: a value starting with '-' would reach ssh as an option
+# (-oProxyCommand=... runs a command on this machine), and '@' or spaces as another login.
+_HOST_ADDR_RE = re.compile(r"^[A-Za-z0-9:][A-Za-z0-9._:-]*(%[A-Za-z0-9_.-]+)?$")
+
 # A host's name is its hostname and Slurm NodeName: one DNS label.
 _HOST_NAME_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
 
@@ -126,9 +131,11 @@ def _ssh_host(i: int, h: Any, here: tuple, names: dict[str, int], machines: dict
                   did_you_mean(str(k), list(SSH_HOST_KEYS)) or "keys: " + ", ".join(SSH_HOST_KEYS))
     _ssh_host_name(name, i, names, err)
     addr = h.get("host")
-    if not isinstance(addr, str) or not addr.strip() or any(ch.isspace() for ch in addr.strip()):
+    if not isinstance(addr, str) or not _HOST_ADDR_RE.match(addr.strip()):
         err("needs host, the address or DNS name ssh connects to" if addr is None else
-            f"invalid host {addr!r}", "host" if addr is not None else None, "")
+            f"invalid host {addr!r}", "host" if addr is not None else None,
+            "" if addr is None else "a DNS name or an IPv4 or IPv6 address (letters, digits, '.', '-', ':'), "
+            "starting with a letter, a digit or ':'; the user and port have keys of their own")
     role = h.get("role")
     if role not in SSH_ROLES:
         err("needs a role" if role is None else f"unknown role {role!r}", "role" if role is not None else None,
