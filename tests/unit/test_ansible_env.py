@@ -34,6 +34,17 @@ def test_linear_turns_it_off(monkeypatch):
     monkeypatch.setenv(ansible_env.STRATEGY_ENV, "linear")
     with ansible_env.strategy_env() as env:
         assert env == {}
+    assert ansible_env.fallback() is None  # asked for: nothing to say
+
+
+def test_without_mitogen_ansibles_own_strategy_runs_and_says_why(monkeypatch):
+    monkeypatch.delenv(ansible_env.STRATEGY_ENV, raising=False)
+    assert ansible_env.fallback() is None and ansible_env.fallback(ANSIBLE_PLAYBOOK) is None
+    monkeypatch.setattr(ansible_env, "mitogen_strategy_dir", lambda: None)
+    with ansible_env.strategy_env() as env:
+        assert env == {}
+    why = ansible_env.fallback()
+    assert why is not None and "Mitogen is not installed" in why and "pip install" in why
 
 
 def test_another_ansible_playbook_gets_ansibles_own_strategy(monkeypatch, tmp_path):
@@ -45,6 +56,8 @@ def test_another_ansible_playbook_gets_ansibles_own_strategy(monkeypatch, tmp_pa
     other.chmod(0o755)
     with ansible_env.strategy_env(str(other)) as env:
         assert env == {}
+    why = ansible_env.fallback(str(other))
+    assert why is not None and str(other) in why and "not the ansible-playbook beside ctk" in why
 
 
 @pytest.mark.parametrize("value", ["Mitogen", "free", "mitogen_linear", "linear "])

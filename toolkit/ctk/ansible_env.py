@@ -49,6 +49,21 @@ def mitogen_strategy_dir() -> str | None:
     return path if os.path.isfile(os.path.join(path, "mitogen_linear.py")) else None
 
 
+def fallback(ansible_playbook: str | None = None) -> str | None:
+    """Why Ansible's own strategy runs where Mitogen's was asked for (the default), or None
+    where Mitogen's runs (or linear was asked for): ANSIBLE_PLAYBOOK as in strategy_env."""
+    if strategy() == "linear":
+        return None
+    ours = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
+    if mitogen_strategy_dir() is None:
+        return "Mitogen is not installed beside ctk (pip install 'mitogen>=0.3.54,<0.4')"
+    if not os.access(ours, os.X_OK):
+        return f"ctk's environment has no ansible-playbook ({ours})"
+    if os.path.realpath(ansible_playbook or ours) != os.path.realpath(ours):
+        return f"{ansible_playbook} is not the ansible-playbook beside ctk ({ours}), which Mitogen's strategy needs"
+    return None
+
+
 @contextlib.contextmanager
 def strategy_env(ansible_playbook: str | None = None) -> Iterator[dict[str, str]]:
     """The ANSIBLE_* variables that make ansible-playbook use Mitogen's linear strategy, or {}
@@ -61,13 +76,8 @@ def strategy_env(ansible_playbook: str | None = None) -> Iterator[dict[str, str]
     commands on the nodes: TMPDIR is a folder of its own (mode 0700, removed after the block),
     so no other user of the host can reach the socket, however short the moment before Mitogen
     narrows its mode."""
-    if strategy() == "linear":
-        yield {}
-        return
-    ours = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
     plugins = mitogen_strategy_dir()
-    if plugins is None or not os.access(ours, os.X_OK) or \
-            os.path.realpath(ansible_playbook or ours) != os.path.realpath(ours):
+    if strategy() == "linear" or plugins is None or fallback(ansible_playbook) is not None:
         yield {}
         return
     # 0700; a Unix socket's path has room for 107 bytes, and Mitogen adds about 30 to this one

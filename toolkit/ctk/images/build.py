@@ -574,6 +574,10 @@ def build_image(spec: ImageSpec, store: Store | None = None, progress: Progress 
     if result is not None:
         result.seconds = time.monotonic() - t0
         return result
+    why = ansible_env.fallback()
+    if why:
+        progress.say(f"note: {why}: Ansible's own strategy runs the roles, about a quarter slower "
+                     f"(set {ansible_env.STRATEGY_ENV}=linear to choose it and silence this note)")
     with store.lock():
         reaped = store.reap()  # what a build killed part-way left running and half-written
         if reaped:
