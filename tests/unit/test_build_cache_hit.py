@@ -51,7 +51,7 @@ def test_a_cached_image_is_recorded_while_another_build_holds_the_lock(tmp_path)
 
 def test_an_image_with_a_layer_to_build_is_not_taken_from_the_cache(tmp_path):
     store = Store(str(tmp_path / "store"))
-    spec = ImageSpec(name="half", module_id="img", roles=["common", "munge"])
+    spec = ImageSpec(name="half", module_id="img", roles=["common", "munge", "slurm"])  # 2 layers
     base = chosen_base_key(store, spec.base)
     layers = build.plan_layers(spec, base, get_stack(spec.stack))
     for key in [base, layers[0].key]:

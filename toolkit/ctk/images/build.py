@@ -38,6 +38,11 @@ from .store import Store
 
 LAYER_VERSION = 2  # bump when the way layers are built changes
 KNOWN_ROLES = ("common", "munge", "slurm", "jax")
+# Roles built into the layer of the role before them rather than a layer of their own: munge is
+# one small package and a folder, and a layer of its own cost more in fixed costs (a build node,
+# Packer's and Ansible's start, the connection, the facts, the commit: about 4 s) than its
+# install (about 2 s). Such a layer is named after its roles ("common+munge").
+JOINS_THE_LAYER_BELOW = ("munge",)
 
 
 class ImageBuildError(Failure):
@@ -46,13 +51,18 @@ class ImageBuildError(Failure):
 
 @dataclass
 class LayerPlan:
-    role: str
+    role: str  # the layer's name: its role's, or its roles' joined by "+"
     key: str
     parent: str
     variables: dict
     # The wheelhouse folder of the Transformer Engine JAX extension this (jax) layer installs,
     # built there once per (release, CUDA toolkit, Python); None without Transformer Engine.
     te_wheels: str | None = None
+    roles: tuple[str, ...] = ()  # the roles it applies, in order (default: its name)
+
+    def __post_init__(self) -> None:
+        if not self.roles:
+            self.roles = (self.role,)
 
 
 @dataclass
@@ -63,7 +73,7 @@ class BuildResult:
     cached: list[str] = field(default_factory=list)  # roles taken from the cache
     seconds: float = 0.0
     # Where the time went, per step that ran: "base", "wheels" (the lock's downloads) and each
-    # built role: {"seconds": ..., and for a role layer "boot" (the build node), "packer_start",
+    # built layer, by its name (its role's, or its roles' joined by "+"): {"seconds": ..., and for a role layer "boot" (the build node), "packer_start",
     # "ansible_start", "tasks", "slowest_tasks", "teardown" (stop the node, scrub, renumber, commit)}.
     profile: dict[str, dict] = field(default_factory=dict)
 
@@ -81,28 +91,46 @@ def _files_digest(paths_: list[str]) -> str:
     return h.hexdigest()
 
 
+def layer_groups(roles: list[str]) -> list[list[str]]:
+    """The image's roles, in order, grouped into its layers: each role its own layer, but for
+    those of JOINS_THE_LAYER_BELOW, which join the layer of the role before them (never jax's,
+    whose layer starts from a venv made beside the others)."""
+    groups: list[list[str]] = []
+    for role in roles:
+        if role in JOINS_THE_LAYER_BELOW and groups and groups[-1][-1] != "jax":
+            groups[-1].append(role)
+        else:
+            groups.append([role])
+    return groups
+
+
 def plan_layers(spec: ImageSpec, base_key: str, stack: Stack) -> list[LayerPlan]:
     """Every role layer of the image, bottom first, with its key (reads the stack's lock)."""
     out: list[LayerPlan] = []
     lock = image_lock(spec, stack)
     parent = base_key
     playbook = os.path.join(paths.ansible_dir(), "layer.yml")
-    for role in spec.roles:
-        role_dir = os.path.join(paths.ansible_dir(), "roles", role)
-        if not os.path.isdir(role_dir):
-            raise UserError(f"image '{spec.name}': no Ansible role '{role}' (looked in {role_dir})")
-        variables = role_variables(spec, role, stack, lock)
+    for roles in layer_groups(list(spec.roles)):
+        variables: dict = {}
+        role_dirs = []
+        for role in roles:
+            role_dir = os.path.join(paths.ansible_dir(), "roles", role)
+            if not os.path.isdir(role_dir):
+                raise UserError(f"image '{spec.name}': no Ansible role '{role}' (looked in {role_dir})")
+            role_dirs.append(role_dir)
+            variables.update(role_variables(spec, role, stack, lock))
         if variables.get("slurm_release") and not apt_checks_valid_until():
             variables["slurm_apt_check_valid_until"] = False  # as this machine's apt (images.base)
+        name = "+".join(roles)
         # The common role's bootstrap runs in every layer's play, so its files shape them all.
-        digest = _files_digest([role_dir, playbook, os.path.join(paths.ansible_dir(), "roles", "common", "tasks")])
-        desc = {"parent": parent, "role": role, "files": digest, "vars": variables, "version": LAYER_VERSION}
-        key = f"{role}-" + hashlib.sha256(json.dumps(desc, sort_keys=True).encode()).hexdigest()[:16]
+        digest = _files_digest(role_dirs + [playbook, os.path.join(paths.ansible_dir(), "roles", "common", "tasks")])
+        desc = {"parent": parent, "role": name, "files": digest, "vars": variables, "version": LAYER_VERSION}
+        key = f"{name}-" + hashlib.sha256(json.dumps(desc, sort_keys=True).encode()).hexdigest()[:16]
         te_wheels = None
-        if role == "jax" and lock is not None and lock.te:
+        if name == "jax" and lock is not None and lock.te:
             toolkit = cuda_toolkit(spec.base)
             te_wheels = te_.wheel_key(lock.te, toolkit.version if toolkit else "none", lock.python)
-        out.append(LayerPlan(role, key, parent, variables, te_wheels))
+        out.append(LayerPlan(name, key, parent, variables, te_wheels, tuple(roles)))
         parent = key
     return out
 
@@ -234,13 +262,13 @@ def _scrub_upper(upper: str) -> None:
             os.unlink(p)
 
 
-def _apply_role(store: Store, node: buildnode.BuildNode, role: str, variables: dict, work: str,
-                log_path: str, progress: Progress, te_wheels: str | None = None) -> packer.BuildLog:
-    """Packer + Ansible: apply one role (install phase) to a running build node."""
+def _apply_role(store: Store, node: buildnode.BuildNode, roles: tuple[str, ...] | list[str], variables: dict,
+                work: str, log_path: str, progress: Progress, te_wheels: str | None = None) -> packer.BuildLog:
+    """Packer + Ansible: apply a layer's roles, in order (install phase), to a running build node."""
     run_files_vars = _build_time_inputs(store, te_wheels)[1]
-    vars_file = os.path.join(work, f"vars-{role}.json")
+    vars_file = os.path.join(work, f"vars-{'+'.join(roles)}.json")
     with open(vars_file, "w") as f:
-        json.dump({"ctk_role": role, "ctk_phase": "install", **variables, **run_files_vars}, f)
+        json.dump({"ctk_roles": list(roles), "ctk_phase": "install", **variables, **run_files_vars}, f)
     roles_path = os.path.join(paths.ansible_dir(), "roles")
     with ansible_env.strategy_env() as strategy:
         return packer.build(
@@ -256,7 +284,7 @@ def _apply_role(store: Store, node: buildnode.BuildNode, role: str, variables: d
                                   "ANSIBLE_PIPELINING=True",
                                   f"ANSIBLE_ROLES_PATH={roles_path}",
                                   *(f"{k}={v}" for k, v in strategy.items())]},
-            os.path.join(work, f"packer-{role}"), on_task=progress.task,
+            os.path.join(work, f"packer-{'+'.join(roles)}"), on_task=progress.task,
             env=packer.packer_env(os.path.dirname(sys.executable)), log_path=log_path)
 
 
@@ -358,7 +386,7 @@ def _venv_beside(store: Store, image: str, lp: LayerPlan, base: str, wheels: Fut
         try:
             if cancel.is_set():
                 raise BesideCancelled("the build stopped first")
-            _apply_role(store, node, lp.role, lp.variables, work, log_path, Progress(quiet=True))
+            _apply_role(store, node, lp.roles, lp.variables, work, log_path, Progress(quiet=True))
         finally:
             node.stop()
         return node.upper
@@ -473,7 +501,7 @@ def _build_layer(store: Store, image: str, lp: LayerPlan, lower_keys: list[str],
     booted = time.monotonic()
     log_path = _log_path(store, image, lp.role)
     try:
-        log = _apply_role(store, node, lp.role, {**lp.variables, **extra}, work, log_path, progress, lp.te_wheels)
+        log = _apply_role(store, node, lp.roles, {**lp.variables, **extra}, work, log_path, progress, lp.te_wheels)
     except packer.PackerError as e:
         if wheels is not None and e.task.endswith((_WHEELS_WAIT_TASK, _WHEELS_CHECK_TASK)) and \
                 wheels.done() and wheels.exception() is not None:
@@ -500,7 +528,7 @@ def _build_layer(store: Store, image: str, lp: LayerPlan, lower_keys: list[str],
             profile["seeded_from"] = seed[0]
     if beside is not None:
         profile["venv_beside"] = venv_beside
-    meta = {"kind": "role", "role": lp.role, "parent": lp.parent, "vars": lp.variables,
+    meta = {"kind": "role", "role": lp.role, "roles": list(lp.roles), "parent": lp.parent, "vars": lp.variables,
             "seconds": round(end - t0, 1), "profile": profile}
     if lp.te_wheels:
         meta["te_wheels"] = lp.te_wheels
@@ -512,7 +540,8 @@ def _build_layer(store: Store, image: str, lp: LayerPlan, lower_keys: list[str],
 def rerun_roles(name: str, store: Store | None = None, progress: Progress | None = None) -> dict:
     """Apply every role of a built image again, with the variables its layer was built with,
     in a node booted from the finished image (its changes are thrown away). Returns
-    {role: (ok, changed)} from each play's recap; an idempotent role reports changed=0."""
+    {layer: (ok, changed)} from each layer's play's recap (a layer is named after its roles,
+    "common+munge"); idempotent roles report changed=0."""
     store = store or Store()
     progress = progress or Progress()
     rec = store.built_image(name)
@@ -524,7 +553,7 @@ def rerun_roles(name: str, store: Store | None = None, progress: Progress | None
     try:
         for key in rec["layers"][1:]:
             meta = store.meta(key)
-            log = _apply_role(store, node, meta["role"], meta["vars"], work,
+            log = _apply_role(store, node, meta.get("roles") or [meta["role"]], meta["vars"], work,
                               _log_path(store, name, f"rerun-{meta['role']}"), progress, meta.get("te_wheels"))
             out[meta["role"]] = (log.ok, log.changed)
     finally:
@@ -645,7 +674,7 @@ def _from_cache(spec: ImageSpec, store: Store, progress: Progress, stack: Stack,
         result = BuildResult(spec.name, [base])
         for lp in layers:
             progress.say(f"==> layer {lp.role}: cached ({lp.key})")
-            result.cached.append(lp.role)
+            result.cached.extend(lp.roles)
             result.layers.append(lp.key)
         _save_record(spec, store, stack, lock, layers, result)
     return result
@@ -670,7 +699,7 @@ def _build_each(spec: ImageSpec, store: Store, progress: Progress, layers: list[
     for lp in layers:
         if store.has(lp.key):
             progress.say(f"==> layer {lp.role}: cached ({lp.key})")
-            result.cached.append(lp.role)
+            result.cached.extend(lp.roles)
         else:
             with progress.step(f"layer {lp.role} ({lp.key})"):
                 layer_wheels = wheels if lp.role == "jax" else None
@@ -682,5 +711,5 @@ def _build_each(spec: ImageSpec, store: Store, progress: Progress, layers: list[
                                                 "waited": result.profile[lp.role].pop("wheels_waited")}
                 if layer_beside is not None:
                     result.profile["venv_beside"] = result.profile[lp.role].pop("venv_beside")
-            result.built.append(lp.role)
+            result.built.extend(lp.roles)
         result.layers.append(lp.key)
