@@ -72,9 +72,9 @@ def test_debian_13_image_builds_and_verifies(slurm_image, lab_build, state, rele
     assert store.image(name)["spec"]["base"] == "debian-13"
     lab = store.image("lab")["layers"]
     if release.endswith("@26.05"):  # the lab's Slurm
-        assert store.image(name)["layers"] == lab[:4]  # base, common, munge, slurm
+        assert store.image(name)["layers"] == lab[:3]  # base, common+munge, slurm
     else:
-        assert store.image(name)["layers"][:3] == lab[:3] and store.image(name)["layers"][3] != lab[3]
+        assert store.image(name)["layers"][:2] == lab[:2] and store.image(name)["layers"][2] != lab[2]
     v = verify_image(name, store, Progress(quiet=True))
     # skipped: the JAX and CUDA checks (no jax role), and on 24.11 the check of forky's packages
     assert v.passed > 0 and v.skipped == (2 if release.endswith("@26.05") else 3) and not v.cached, v.summary
@@ -437,14 +437,14 @@ def test_a_build_killed_during_a_layer_leaves_nothing_running_after_the_next(lab
                                     "  ansible.builtin.command: sleep 4321\n  changed_when: false\n"
                                     "  when: not (slow_fixed | default(false))\n")
     monkeypatch.setenv("CTK_ANSIBLE_DIR", str(ansible))
-    # A store of its own (the session's base and common layers linked in): every process with the
+    # A store of its own (the session's base and common+munge layers linked in): every process with the
     # store's tmp folder on its command line is this test's, whatever other tests build meanwhile.
     store = Store(str(tmp_path / "store"))
     link_layers(state, store.root, Store(state).image("lab")["layers"][:2])
     state = store.root
     code = ("import sys\nfrom ctk.images.build import build_image\nfrom ctk.images.store import Store\n"
             "from ctk.model import ImageSpec\nfrom ctk.progress import Progress\n"
-            "build_image(ImageSpec(name='slow', module_id='x', roles=['common', 'slow']), Store(sys.argv[1]), "
+            "build_image(ImageSpec(name='slow', module_id='x', roles=['common', 'munge', 'slow']), Store(sys.argv[1]), "
             "Progress(quiet=True))\n")
     build = subprocess.Popen([sys.executable, "-c", code, state], env={**os.environ, "CTK_ANSIBLE_DIR": str(ansible)},
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -468,8 +468,9 @@ def test_a_build_killed_during_a_layer_leaves_nothing_running_after_the_next(lab
     assert _pids_with("ctk.sandbox.nodeinit " + os.path.realpath(store.tmp)), left  # the build node runs on
     (tasks / "main.yml").write_text((tasks / "main.yml").read_text().replace("not (slow_fixed | default(false))",
                                                                               "false"))
-    r = build_image(ImageSpec(name="slow", module_id="x", roles=["common", "slow"]), store, Progress(quiet=True))
-    assert r.built == ["slow"] and r.cached == ["common"]
+    r = build_image(ImageSpec(name="slow", module_id="x", roles=["common", "munge", "slow"]), store,
+                    Progress(quiet=True))
+    assert r.built == ["slow"] and r.cached == ["common", "munge"]
     assert not [p for p, s in left.items() if _alive(p, s)], "a process of the killed build is still running"
     assert all(store.has(k) for k in os.listdir(store.layers)), "a layer without its meta.json"
     assert not [d for d in os.listdir(store.tmp) if d.endswith(".build")]
