@@ -6,6 +6,9 @@ import json
 import os
 import threading
 
+import pytest
+
+from ctk.errors import Failure
 from ctk.images import build
 from ctk.images.base import chosen_base_key
 from ctk.images.store import Store
@@ -88,3 +91,31 @@ def test_a_cached_image_is_not_recorded_while_gc_removes_layers(tmp_path):
         store.remove_layer(layers[0].key)
     t.join(10)
     assert out == {"result": None} and store.image("cached") is None
+
+
+@pytest.mark.parametrize("roles, layers", [
+    (["common", "munge", "slurm", "jax"], [["common", "munge"], ["slurm"], ["jax"]]),
+    (["munge", "slurm"], [["munge"], ["slurm"]]),  # nothing below it to join
+    (["common", "jax", "munge"], [["common"], ["jax"], ["munge"]]),  # never jax's layer
+    (["common", "slurm", "pyxis", "jax"], [["common"], ["slurm"], ["pyxis"], ["jax"]]),
+])
+def test_munge_joins_the_layer_of_the_role_before_it(roles, layers):
+    assert build.layer_groups(roles) == layers
+
+
+def test_the_lab_images_layers_are_named_after_their_roles(tmp_path):
+    spec = ImageSpec(name="lab", module_id="img", roles=["common", "munge", "slurm", "jax"])
+    plan = build.plan_layers(spec, "base-x", get_stack(spec.stack))
+    assert [(lp.role, lp.roles) for lp in plan] == [("common+munge", ("common", "munge")), ("slurm", ("slurm",)),
+                                                    ("jax", ("jax",))]
+    assert plan[0].key.startswith("common+munge-") and plan[1].parent == plan[0].key
+
+
+def test_roles_sharing_a_layer_must_agree_on_their_variables(monkeypatch):
+    spec = ImageSpec(name="lab", module_id="img", roles=["common", "munge", "slurm", "jax"])
+    given = {"common": {"x": 1, "y": 2}, "munge": {"x": 1, "z": 3}}
+    monkeypatch.setattr(build, "role_variables", lambda spec, role, stack, lock: dict(given.get(role, {})))
+    assert build.plan_layers(spec, "base-x", get_stack(spec.stack))[0].variables == {"x": 1, "y": 2, "z": 3}
+    given["munge"]["y"] = 5
+    with pytest.raises(Failure, match="roles common, munge share a layer but give y different values"):
+        build.plan_layers(spec, "base-x", get_stack(spec.stack))

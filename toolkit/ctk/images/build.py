@@ -73,8 +73,9 @@ class BuildResult:
     cached: list[str] = field(default_factory=list)  # roles taken from the cache
     seconds: float = 0.0
     # Where the time went, per step that ran: "base", "wheels" (the lock's downloads) and each
-    # built layer, by its name (its role's, or its roles' joined by "+"): {"seconds": ..., and for a role layer "boot" (the build node), "packer_start",
-    # "ansible_start", "tasks", "slowest_tasks", "teardown" (stop the node, scrub, renumber, commit)}.
+    # built layer, by its name (its role's, or its roles' joined by "+"): {"seconds": ..., and
+    # for a role layer "boot" (the build node), "packer_start", "ansible_start", "tasks",
+    # "slowest_tasks", "teardown" (stop the node, scrub, renumber, commit)}.
     profile: dict[str, dict] = field(default_factory=dict)
 
 
@@ -118,7 +119,12 @@ def plan_layers(spec: ImageSpec, base_key: str, stack: Stack) -> list[LayerPlan]
             if not os.path.isdir(role_dir):
                 raise UserError(f"image '{spec.name}': no Ansible role '{role}' (looked in {role_dir})")
             role_dirs.append(role_dir)
-            variables.update(role_variables(spec, role, stack, lock))
+            own = role_variables(spec, role, stack, lock)
+            clash = sorted(k for k in own if k in variables and variables[k] != own[k])
+            if clash:  # roles sharing a layer share one set of variables
+                raise Failure(f"image '{spec.name}': roles {', '.join(roles)} share a layer but give "
+                              f"{', '.join(clash)} different values")
+            variables.update(own)
         if variables.get("slurm_release") and not apt_checks_valid_until():
             variables["slurm_apt_check_valid_until"] = False  # as this machine's apt (images.base)
         name = "+".join(roles)
