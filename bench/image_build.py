@@ -60,7 +60,7 @@ def main() -> None:
     finally:
         if not args.keep:
             shutil.rmtree(state, ignore_errors=True)
-    print(f"full build (base + 4 role layers):        {full:7.1f} s   built={r1['built']}")
+    print(f"full build (base and every layer):       {full:7.1f} s   built={r1['built']}")
     print(f"no-op rebuild, verification on record:    {noop:7.2f} s   built={r2['built']}  (target <= 1 s)"
           f"  verified: {r2.get('verified')}")
     print(f"no-op rebuild --no-verify:                {noop_bare:7.2f} s")
