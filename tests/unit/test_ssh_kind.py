@@ -114,6 +114,10 @@ def test_without_the_module_the_target_stays_local(tmp_path):
     ("{name: x, host: '-oProxyCommand=touch${IFS}/tmp/ctk-pwned', role: login}", "invalid host '-oProxyCommand"),
     ("{name: x, host: 'root@10.1.0.9', role: login}", "invalid host 'root@10.1.0.9'"),
     ("{name: x, host: '10.1.0.9 -p 2222', role: login}", "invalid host '10.1.0.9 -p 2222'"),
+    ("{name: x, host: '10.1.0.9:2222', role: login}", "invalid host '10.1.0.9:2222'"),
+    ("{name: x, host: ':', role: login}", "invalid host ':'"),
+    ("{name: \"x\\n\", host: 10.1.0.9, role: login}", "invalid name 'x\\n'"),  # a line of slurm.conf
+    ("{name: x, host: 10.1.0.9, role: login, user: \"admin\\n\"}", "invalid user 'admin\\n'"),
     ("{name: x, host: 10.1.0.9, role: login, port: 99999}", "invalid port 99999"),
     ("{name: x, host: 10.1.0.9, role: login, slurmd_port: 7000}", "slurmd_port is for compute hosts"),
     ("{name: x, host: 10.1.0.9, role: compute, nodeset: debug_nodeset, slurmctld_port: 7000}",

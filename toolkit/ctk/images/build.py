@@ -128,7 +128,8 @@ def plan_layers(spec: ImageSpec, base_key: str, stack: Stack) -> list[LayerPlan]
         if variables.get("slurm_release") and not apt_checks_valid_until():
             variables["slurm_apt_check_valid_until"] = False  # as this machine's apt (images.base)
         name = "+".join(roles)
-        # The common role's bootstrap runs in every layer's play, so its files shape them all.
+        # Every layer's play runs tasks of the common role (its package installs, and the
+        # bootstrap outside build nodes), so its task files shape them all.
         digest = _files_digest(role_dirs + [playbook, os.path.join(paths.ansible_dir(), "roles", "common", "tasks")])
         desc = {"parent": parent, "role": name, "files": digest, "vars": variables, "version": LAYER_VERSION}
         key = f"{name}-" + hashlib.sha256(json.dumps(desc, sort_keys=True).encode()).hexdigest()[:16]

@@ -4,6 +4,7 @@ on them."""
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 from collections.abc import Callable
@@ -30,6 +31,22 @@ from .values import module_of, str_of
 # zone index after '%'). Nothing else: a value starting with '-' would reach ssh as an option
 # (-oProxyCommand=... runs a command on this machine), and '@' or spaces as another login.
 _HOST_ADDR_RE = re.compile(r"^[A-Za-z0-9:][A-Za-z0-9._:-]*(%[A-Za-z0-9_.-]+)?$")
+
+
+
+def _host_address(addr: str) -> bool:
+    """ADDR is a DNS name, an IPv4 address or an IPv6 one (with a zone index after '%'): one
+    with a ':' must be IPv6 (10.0.0.1:2222 is not an address; the port has a key of its own)."""
+    if not _HOST_ADDR_RE.fullmatch(addr):
+        return False
+    if ":" not in addr:
+        return True
+    try:
+        ipaddress.IPv6Address(addr.split("%", 1)[0])
+    except ValueError:
+        return False
+    return True
+
 
 # A host's name is its hostname and Slurm NodeName: one DNS label.
 _HOST_NAME_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
@@ -131,7 +148,7 @@ def _ssh_host(i: int, h: Any, here: tuple, names: dict[str, int], machines: dict
                   did_you_mean(str(k), list(SSH_HOST_KEYS)) or "keys: " + ", ".join(SSH_HOST_KEYS))
     _ssh_host_name(name, i, names, err)
     addr = h.get("host")
-    if not isinstance(addr, str) or not _HOST_ADDR_RE.match(addr.strip()):
+    if not isinstance(addr, str) or not _host_address(addr.strip()):
         err("needs host, the address or DNS name ssh connects to" if addr is None else
             f"invalid host {addr!r}", "host" if addr is not None else None,
             "" if addr is None else "a DNS name or an IPv4 or IPv6 address (letters, digits, '.', '-', ':'), "
@@ -165,7 +182,7 @@ def _ssh_host(i: int, h: Any, here: tuple, names: dict[str, int], machines: dict
 def _ssh_host_name(name: Any, i: int, names: dict[str, int], err: _HostError) -> None:
     """Host I's name: a hostname (one DNS label) that no host before it has (NAMES: name -> index
     of the host, which gets this one's)."""
-    if not isinstance(name, str) or not _HOST_NAME_RE.match(name):
+    if not isinstance(name, str) or not _HOST_NAME_RE.fullmatch(name):
         err("needs a name, a hostname (letters, digits, '-'), which is its Slurm node name"
             if name is None else f"invalid name {name!r}", "name" if name is not None else None,
             "use letters, digits and '-', at most 63, not starting or ending with '-'")
@@ -181,7 +198,7 @@ def _ssh_host_login(h: dict, err: _HostError) -> tuple[int | None, Any]:
     if port is None:
         err(f"invalid port {h.get('port')!r}", "port", "a TCP port, 1-65535")
     user = h.get("user", "root")
-    if not isinstance(user, str) or not re.match(r"^[A-Za-z_][A-Za-z0-9_.-]*$", user):
+    if not isinstance(user, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.-]*", user):
         err(f"invalid user {user!r}", "user", "")
     return port, user
 
